@@ -1,0 +1,42 @@
+"""jupyter_gpu: GPU-aware Jupyter notebooks.
+
+Three sides, three subpackages: ``server`` (jupyter_server extension: NVML sampler, REST,
+Prometheus), ``kernel`` (IPython magics and the kernel agent), and the JupyterLab frontend
+(TypeScript under ``labextension/`` in the source tree, shipped prebuilt). ``nvml`` and
+``analysis`` hold the pieces both sides share; nothing here imports torch at import time.
+"""
+from __future__ import annotations
+
+try:
+    from ._version import __version__
+except ImportError:  # a source checkout that was never built
+    __version__ = "0.0.0.dev0"
+
+LABEXTENSION_NAME = "jupyter-gpu"
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": LABEXTENSION_NAME}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_gpu"}]
+
+
+def _load_jupyter_server_extension(server_app) -> None:
+    # Imported here so that `import jupyter_gpu` in a kernel pulls in no server code.
+    from .server.extension import load
+
+    load(server_app)
+
+
+def load_ipython_extension(ipython) -> None:
+    from .kernel.extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .kernel.extension import unload
+
+    unload(ipython)

@@ -1,0 +1,43 @@
+"""What ``%load_ext jupyter_gpu`` adds to a shell, and how ``%unload_ext`` takes it all back.
+
+Each feature module exposes ``register(ipython) -> Callable[[], None]``: it registers its magics
+and event callbacks and returns the function that removes them. Modules are imported only here,
+so ``import jupyter_gpu`` stays cheap and imports no torch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics
+
+# Order matters only for the order of help entries.
+FEATURES: tuple[str, ...] = ()
+
+_undo: dict[int, list[Callable[[], None]]] = {}
+
+
+def load(ipython: InteractiveShell) -> None:
+    """Register every feature once per shell; a second ``%load_ext`` is a no-op."""
+    if id(ipython) in _undo:
+        return
+    undo: list[Callable[[], None]] = []
+    _undo[id(ipython)] = undo
+    for name in FEATURES:
+        undo.append(importlib.import_module(name).register(ipython))
+
+
+def unload(ipython: InteractiveShell) -> None:
+    """Remove every magic and event callback the features added, newest first."""
+    for remove in reversed(_undo.pop(id(ipython), [])):
+        remove()
+
+
+def unregister_magics(ipython: InteractiveShell, magics: Magics) -> None:
+    """Remove the magics of one ``Magics`` instance (IPython has no public call for this)."""
+    manager = ipython.magics_manager
+    for kind, table in magics.magics.items():
+        for name in table:
+            manager.magics[kind].pop(name, None)
+    manager.registry.pop(type(magics).__name__, None)
