@@ -19,15 +19,11 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": LABEXTENSION_NAME}]
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "jupyter_gpu"}]
-
-
-def _load_jupyter_server_extension(server_app) -> None:
+def _jupyter_server_extension_points() -> list[dict]:
     # Imported here so that `import jupyter_gpu` in a kernel pulls in no server code.
-    from .server.extension import load
+    from .server.app import GPUMonitor
 
-    load(server_app)
+    return [{"module": "jupyter_gpu", "app": GPUMonitor}]
 
 
 def load_ipython_extension(ipython) -> None:

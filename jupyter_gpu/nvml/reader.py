@@ -1,0 +1,250 @@
+"""Read NVML one field at a time, so that one failing call costs one field, not a sample.
+
+Every reading is a pair ``(values, unsupported)``: a field that cannot be read is ``None`` in
+``values`` and its reason is in ``unsupported``. Two failures are states rather than fields:
+``GpuLost`` (one GPU is gone) and ``NvmlUnavailable`` (NVML itself is gone).
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+import pynvml
+
+from .reasons import FATAL_CODES, LOST_CODES, NO_DEVICES, code_of, field_reason, init_reason
+
+Values = dict[str, Any]
+Unsupported = dict[str, str]
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used at all; ``reason`` says why and what to do."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class GpuLost(Exception):
+    """One GPU stopped answering (fallen off the bus, needs a reset)."""
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML encodes CUDA 13.0 as 13000."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+class NvmlReader:
+    """Lazily initialised NVML session. Not thread-safe: one owner thread per reader."""
+
+    def __init__(self, nvml: ModuleType | Any = pynvml) -> None:
+        self.nvml = nvml
+        self._handles: dict[int, Any] = {}
+        self._mig: dict[int, bool] = {}
+        self.is_open = False
+
+    def open(self) -> int:
+        """Initialise NVML and return the GPU count; raise ``NvmlUnavailable`` with a reason."""
+        try:
+            self.nvml.nvmlInit()
+            count = self.nvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            raise NvmlUnavailable(init_reason(error)) from None
+        self.is_open = True
+        if count == 0:
+            self.close()
+            raise NvmlUnavailable(NO_DEVICES)
+        return count
+
+    def close(self) -> None:
+        self._handles.clear()
+        if self.is_open:
+            self.is_open = False
+            try:
+                self.nvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    def system(self) -> Values:
+        values: Values = {}
+        unsupported: Unsupported = {}
+        self._field(values, unsupported, "driver_version", self.nvml.nvmlSystemGetDriverVersion, _text)
+        self._field(
+            values,
+            unsupported,
+            "cuda_driver_version",
+            self.nvml.nvmlSystemGetCudaDriverVersion,
+            cuda_version_text,
+        )
+        return values
+
+    def device_info(self, index: int) -> tuple[Values, Unsupported]:
+        """What does not change while the server runs."""
+        nvml, h = self.nvml, self._handle(index)
+        values: Values = {"index": index}
+        unsupported: Unsupported = {}
+        self._field(values, unsupported, "uuid", lambda: nvml.nvmlDeviceGetUUID(h), _text)
+        self._field(values, unsupported, "name", lambda: nvml.nvmlDeviceGetName(h), _text)
+        self._field(
+            values, unsupported, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(h).busId, _text
+        )
+        self._field(
+            values,
+            unsupported,
+            "memory_total_bytes",
+            lambda: nvml.nvmlDeviceGetMemoryInfo(h).total,
+        )
+        self._field(
+            values,
+            unsupported,
+            "power_limit_watts",
+            lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            _milli,
+        )
+        self._field(
+            values,
+            unsupported,
+            "mig_mode",
+            lambda: nvml.nvmlDeviceGetMigMode(h),
+            lambda m: {"current": bool(m[0]), "pending": bool(m[1])},
+        )
+        self._mig[index] = bool(values["mig_mode"] and values["mig_mode"]["current"])
+        return values, unsupported
+
+    def fast(self, index: int) -> tuple[Values, Unsupported]:
+        """The cheap fields (tens of microseconds each), read every sample."""
+        nvml, h = self.nvml, self._handle(index)
+        values: Values = {}
+        unsupported: Unsupported = {}
+        self._memory(h, values, unsupported)
+        try:
+            rates = nvml.nvmlDeviceGetUtilizationRates(h)
+            values["utilization_gpu_percent"] = rates.gpu
+            values["utilization_memory_percent"] = rates.memory
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            reason = field_reason(error, mig_enabled=self._mig.get(index, False))
+            for name in ("utilization_gpu_percent", "utilization_memory_percent"):
+                values[name] = None
+                unsupported[name] = reason
+        self._field(
+            values,
+            unsupported,
+            "temperature_celsius",
+            lambda: nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+        )
+        self._field(
+            values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), _milli
+        )
+        self._field(
+            values,
+            unsupported,
+            "clock_sm_mhz",
+            lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+        )
+        self._field(
+            values,
+            unsupported,
+            "clock_mem_mhz",
+            lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+        )
+        self._field(values, unsupported, "fan_speed_percent", lambda: nvml.nvmlDeviceGetFanSpeed(h))
+        self._field(values, unsupported, "processes", lambda: self._processes(h))
+        return values, unsupported
+
+    def slow(self, index: int) -> tuple[Values, Unsupported]:
+        """PCIe throughput: NVML samples it over ~20 ms per call, so it runs on its own cadence."""
+        nvml, h = self.nvml, self._handle(index)
+        values: Values = {}
+        unsupported: Unsupported = {}
+        for name, counter in (
+            ("pcie_rx_bytes_per_second", pynvml.NVML_PCIE_UTIL_RX_BYTES),
+            ("pcie_tx_bytes_per_second", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+        ):
+            self._field(
+                values,
+                unsupported,
+                name,
+                lambda c=counter: nvml.nvmlDeviceGetPcieThroughput(h, c),
+                lambda kib: kib * 1024,
+            )
+        return values, unsupported
+
+    def forget(self, index: int) -> None:
+        """Drop a cached handle so that the next read looks the GPU up again."""
+        self._handles.pop(index, None)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _handle(self, index: int) -> Any:
+        if index not in self._handles:
+            try:
+                self._handles[index] = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError as error:
+                self._raise_state(error)
+                raise GpuLost(f"GPU {index} cannot be opened: {error}") from None
+        return self._handles[index]
+
+    def _memory(self, h: Any, values: Values, unsupported: Unsupported) -> None:
+        """Memory v2 separates the driver's reserve (~615 MiB on H200) from what processes use."""
+        names = ("memory_used_bytes", "memory_reserved_bytes", "memory_free_bytes", "memory_total_bytes")
+        try:
+            info = self.nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+            reserved = info.reserved
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            try:  # drivers before 510 have only v1, whose `used` includes the reserve
+                info = self.nvml.nvmlDeviceGetMemoryInfo(h)
+                reserved = None
+                unsupported["memory_reserved_bytes"] = "needs memory info v2 (driver 510 or newer)"
+            except pynvml.NVMLError as error1:
+                self._raise_state(error1)
+                for name in names:
+                    values[name] = None
+                    unsupported[name] = field_reason(error1)
+                return
+        values.update(
+            memory_used_bytes=info.used,
+            memory_reserved_bytes=reserved,
+            memory_free_bytes=info.free,
+            memory_total_bytes=info.total,
+        )
+
+    def _processes(self, h: Any) -> list[Values]:
+        try:
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
+        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses_v2(h)
+        # `usedGpuMemory` is None when the driver withholds it (e.g. under some containers)
+        return [{"pid": p.pid, "used_memory_bytes": p.usedGpuMemory} for p in procs]
+
+    def _field(
+        self,
+        values: Values,
+        unsupported: Unsupported,
+        name: str,
+        call: Callable[[], Any],
+        convert: Callable[[Any], Any] = lambda v: v,
+    ) -> None:
+        try:
+            values[name] = convert(call())
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            values[name] = None
+            unsupported[name] = field_reason(error)
+
+    def _raise_state(self, error: pynvml.NVMLError) -> None:
+        code = code_of(error)
+        if code in LOST_CODES:
+            raise GpuLost(str(error)) from None
+        if code in FATAL_CODES:
+            self.close()
+            raise NvmlUnavailable(init_reason(error)) from None
+
+
+def _milli(value: int) -> float:
+    return value / 1000.0

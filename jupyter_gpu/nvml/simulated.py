@@ -1,0 +1,169 @@
+"""A stand-in for the ``pynvml`` module that replays readings captured on real GPUs.
+
+It serves the server's tests and UI tests on machines without a GPU, and can inject the faults
+real NVML produces (library missing, driver not loaded, GPU lost, unsupported fields, calls that
+fail only sometimes). It is never the default backend, and everything it feeds is marked
+``simulated`` in the API and the UI.
+
+Readings use the format of ``tests/fixtures/nvml_readings_2gpu.json``; a file of the form
+``{"init_error": "NVML_ERROR_DRIVER_NOT_LOADED"}`` simulates a machine where NVML cannot start.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+
+class SimulatedNVML:
+    """Implements the subset of the ``pynvml`` API that ``NvmlReader`` uses."""
+
+    def __init__(self, readings: dict[str, Any]) -> None:
+        self.readings = readings
+        self._lock = threading.Lock()
+        # function name -> list of (device index or None, error code, remaining count or None)
+        self._faults: dict[str, list[list[Any]]] = defaultdict(list)
+        self._lost: set[int] = set()
+        self._initialised = 0  # NVML counts nvmlInit/nvmlShutdown pairs
+        init_error = readings.get("init_error")
+        if init_error:
+            self.fail("nvmlInit", getattr(pynvml, init_error))
+        self.calls: dict[str, int] = defaultdict(int)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "SimulatedNVML":
+        return cls(json.loads(Path(path).read_text()))
+
+    # -- fault injection ---------------------------------------------------------------------
+
+    def fail(self, function: str, code: int, *, device: int | None = None, times: int | None = None) -> None:
+        """Make ``function`` raise NVML error ``code`` (for ``times`` calls, or until cleared)."""
+        with self._lock:
+            self._faults[function].append([device, code, times])
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def lose_gpu(self, index: int) -> None:
+        self._lost.add(index)
+
+    def restore_gpu(self, index: int) -> None:
+        self._lost.discard(index)
+
+    def _check(self, function: str, device: int | None = None) -> None:
+        with self._lock:
+            self.calls[function] += 1
+            if device is not None and device in self._lost and function != "nvmlDeviceGetCount":
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            for fault in self._faults.get(function, []):
+                fault_device, code, times = fault
+                if fault_device is not None and fault_device != device:
+                    continue
+                if times is not None:
+                    if times <= 0:
+                        continue
+                    fault[2] = times - 1
+                raise pynvml.NVMLError(code)
+        if function != "nvmlInit" and not self._initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _device(self, handle: int) -> dict[str, Any]:
+        return self.readings["devices"][handle]
+
+    # -- the pynvml API ----------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self._check("nvmlInit")
+        self._initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._initialised = max(0, self._initialised - 1)
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check("nvmlSystemGetDriverVersion")
+        return self.readings["driver_version"]
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check("nvmlSystemGetCudaDriverVersion")
+        return self.readings["cuda_driver_version"]
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check("nvmlDeviceGetCount")
+        return len(self.readings["devices"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        self._check("nvmlDeviceGetHandleByIndex", index)
+        if not 0 <= index < len(self.readings["devices"]):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return index
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        self._check("nvmlDeviceGetUUID", h)
+        return self._device(h)["uuid"]
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        self._check("nvmlDeviceGetName", h)
+        return self._device(h)["name"]
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        self._check("nvmlDeviceGetPciInfo", h)
+        return SimpleNamespace(busId=self._device(h)["pci_bus_id"])
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> SimpleNamespace:
+        self._check("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo", h)
+        device = self._device(h)
+        return SimpleNamespace(**(device["memory_v2"] if version else device["memory"]))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        self._check("nvmlDeviceGetEnforcedPowerLimit", h)
+        return self._device(h)["power_limit_mw"]
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        self._check("nvmlDeviceGetMigMode", h)
+        return list(self._device(h)["mig_mode"])
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        self._check("nvmlDeviceGetUtilizationRates", h)
+        return SimpleNamespace(**self._device(h)["utilization"])
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        self._check("nvmlDeviceGetTemperature", h)
+        return self._device(h)["temperature_c"]
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        self._check("nvmlDeviceGetPowerUsage", h)
+        return self._device(h)["power_mw"]
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        self._check("nvmlDeviceGetClockInfo", h)
+        key = "clock_sm_mhz" if clock == pynvml.NVML_CLOCK_SM else "clock_mem_mhz"
+        return self._device(h)[key]
+
+    def nvmlDeviceGetFanSpeed(self, h: int) -> int:
+        self._check("nvmlDeviceGetFanSpeed", h)
+        fan = self._device(h).get("fan")
+        if isinstance(fan, dict) and "error" in fan:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return fan
+
+    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
+        self._check("nvmlDeviceGetPcieThroughput", h)
+        key = "pcie_rx_kbs" if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES else "pcie_tx_kbs"
+        return self._device(h)[key]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        self._check("nvmlDeviceGetComputeRunningProcesses", h)
+        return [
+            SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_gpu_memory"])
+            for p in self._device(h)["compute_processes"]
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: int) -> list[SimpleNamespace]:
+        self._check("nvmlDeviceGetComputeRunningProcesses_v2", h)
+        return self.nvmlDeviceGetComputeRunningProcesses(h)

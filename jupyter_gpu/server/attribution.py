@@ -1,0 +1,87 @@
+"""Join NVML's GPU processes with the server's kernels and sessions (pure function).
+
+A GPU process belongs to a kernel when it is the kernel's process or a descendant of it
+(DataLoader workers, subprocesses). PIDs that cannot be checked in this PID namespace are never
+guessed at: they are listed as unattributed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .processes import ProcessMeta
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    id: str
+    name: str
+    execution_state: str | None
+    pid: int | None
+    path: str | None
+
+
+def _owner(meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str]) -> str | None:
+    if meta is None or meta.same_namespace is False:
+        return None
+    for candidate in (pid, *meta.ancestors):
+        if candidate in kernel_pids:
+            return kernel_pids[candidate]
+    return None
+
+
+def attribute(
+    kernels: list[KernelRef],
+    gpus: list[dict[str, Any]],
+    meta: dict[int, ProcessMeta],
+    *,
+    current_user: str | None,
+    show_all_users: bool,
+) -> dict[str, Any]:
+    """Per-kernel GPU memory, unattributed processes, and how many others were hidden."""
+    kernel_pids = {k.pid: k.id for k in kernels if k.pid is not None}
+    usage: dict[str, dict[int, dict[str, Any]]] = {k.id: {} for k in kernels}
+    unattributed: list[dict[str, Any]] = []
+    hidden = 0
+    for gpu in gpus:
+        for proc in gpu.get("processes") or ():
+            pid = proc["pid"]
+            info = meta.get(pid)
+            kernel_id = _owner(info, pid, kernel_pids)
+            if kernel_id is not None:
+                row = usage[kernel_id].setdefault(
+                    gpu["index"],
+                    {"gpu_index": gpu["index"], "uuid": gpu.get("uuid"), "used_memory_bytes": 0, "pids": []},
+                )
+                row["used_memory_bytes"] += proc["used_memory_bytes"] or 0
+                row["pids"].append(pid)
+                continue
+            user = info.user if info else None
+            if user is not None and user != current_user and not show_all_users:
+                hidden += 1
+                continue
+            unattributed.append(
+                {
+                    "pid": pid,
+                    "gpu_index": gpu["index"],
+                    "uuid": gpu.get("uuid"),
+                    "used_memory_bytes": proc["used_memory_bytes"],
+                    "user": user,
+                    "command": info.command if info else None,
+                }
+            )
+    return {
+        "kernels": [
+            {
+                "id": k.id,
+                "name": k.name,
+                "execution_state": k.execution_state,
+                "path": k.path,
+                "pid": k.pid,
+                "gpu_memory": sorted(usage[k.id].values(), key=lambda r: r["gpu_index"]),
+            }
+            for k in kernels
+        ],
+        "unattributed": unattributed,
+        "hidden_processes": hidden,
+    }

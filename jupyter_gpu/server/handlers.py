@@ -1,0 +1,98 @@
+"""REST handlers under ``{base_url}api/gpu/``. Thin: they read sampler state, never NVML."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from .telemetry import devices_payload, telemetry_payload
+
+AUTH_RESOURCE = "gpu"
+
+
+class GPUHandler(APIHandler):
+    """Base: authenticated and authorised like the rest of jupyter_server, strict query checks."""
+
+    auth_resource = AUTH_RESOURCE
+    allowed_params: frozenset[str] = frozenset()
+
+    def initialize(self, monitor: Any) -> None:
+        self.monitor = monitor
+
+    def check_params(self) -> None:
+        unknown = sorted(set(self.request.query_arguments) - self.allowed_params)
+        if unknown:
+            allowed = ", ".join(sorted(self.allowed_params)) or "none"
+            raise web.HTTPError(
+                400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}."
+            )
+
+    def send(self, payload: dict[str, Any]) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(payload))
+
+
+class DevicesHandler(GPUHandler):
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.check_params()
+        self.send(devices_payload(self.monitor.sampler.status, simulated=self.monitor.simulated))
+
+
+class TelemetryHandler(GPUHandler):
+    allowed_params = frozenset({"since"})
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.check_params()
+        since = self._since()
+        sampler = self.monitor.sampler
+        self.send(
+            telemetry_payload(
+                sampler.status,
+                sampler.latest(),
+                sampler.since(since),
+                simulated=self.monitor.simulated,
+                interval=sampler.interval,
+                now=time.time(),
+            )
+        )
+
+    def _since(self) -> float | None:
+        raw = self.get_query_argument("since", None)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise web.HTTPError(
+                400, f"`since` must be a time in seconds since the Unix epoch, e.g. 1764460800.5; got {raw!r}."
+            )
+        return value
+
+
+class KernelsHandler(GPUHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.check_params()
+        self.send(await self.monitor.kernels.refresh())
+
+
+def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any]]]:
+    """Routes relative to base_url (the ExtensionApp prepends it)."""
+    kwargs = {"monitor": monitor}
+    return [
+        (r"/api/gpu/devices", DevicesHandler, kwargs),
+        (r"/api/gpu/telemetry", TelemetryHandler, kwargs),
+        (r"/api/gpu/kernels", KernelsHandler, kwargs),
+    ]

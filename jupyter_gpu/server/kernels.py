@@ -1,0 +1,69 @@
+"""Kernel ids → PIDs (kernel manager) and notebook paths (session manager), joined with NVML.
+
+Runs on the event loop and does no blocking I/O: the kernel manager answers from memory, the
+session manager from its in-process database, and the process metadata was gathered by the
+sampler thread.
+"""
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+from .attribution import KernelRef, attribute
+from .sampler import Sampler
+
+
+def _kernel_pid(kernel: Any) -> int | None:
+    """Only local kernels have a PID (remote and gateway provisioners have none)."""
+    pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+class KernelView:
+    def __init__(self, sampler: Sampler, kernel_manager: Any, session_manager: Any, *, show_all_users: bool) -> None:
+        self.sampler = sampler
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.show_all_users = show_all_users
+        self.current_user = getpass.getuser()
+        self.last: dict[str, Any] | None = None  # what Prometheus reports between refreshes
+
+    async def kernel_refs(self) -> list[KernelRef]:
+        sessions = await ensure_async(self.session_manager.list_sessions())
+        paths = {s["kernel"]["id"]: s.get("path") for s in sessions if s.get("kernel")}
+        refs = []
+        for kernel_id in self.kernel_manager.list_kernel_ids():
+            try:
+                kernel = self.kernel_manager.get_kernel(kernel_id)
+            except KeyError:  # shut down since list_kernel_ids()
+                continue
+            refs.append(
+                KernelRef(
+                    id=kernel_id,
+                    name=getattr(kernel, "kernel_name", ""),
+                    execution_state=getattr(kernel, "execution_state", None),
+                    pid=_kernel_pid(kernel),
+                    path=paths.get(kernel_id),
+                )
+            )
+        return refs
+
+    async def refresh(self) -> dict[str, Any]:
+        status = self.sampler.status
+        latest = self.sampler.latest()
+        gpus = list(latest.gpus) if latest and status.available else []
+        payload = {
+            "available": status.available,
+            "reason": status.reason,
+            **attribute(
+                await self.kernel_refs(),
+                gpus,
+                self.sampler.process_meta(),
+                current_user=self.current_user,
+                show_all_users=self.show_all_users,
+            ),
+        }
+        self.last = payload
+        return payload

@@ -1,0 +1,216 @@
+"""One NVML sampler per server: background threads fill a ring buffer that handlers only read.
+
+The fast thread reads the cheap fields of every GPU each ``interval``; the slow thread reads
+PCIe throughput (about 20 ms per call in NVML) every ``slow_interval``, so a slow reading never
+delays a fast one. Neither ever runs on the tornado event loop.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
+from .processes import ProcessMeta, ProcessTable
+
+SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of every GPU. ``gpus`` holds JSON-ready dicts, processes included."""
+
+    t: float
+    gpus: tuple[dict[str, Any], ...]
+
+
+@dataclass
+class Status:
+    available: bool = False
+    reason: str | None = "GPU sampling has not started yet."
+    system: dict[str, Any] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Sampler:
+    def __init__(
+        self,
+        reader_factory: Callable[[], NvmlReader],
+        *,
+        interval: float,
+        slow_interval: float,
+        history_seconds: float,
+        retry_interval: float,
+        verify_pids: bool = True,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self._reader_factory = reader_factory
+        self.interval = interval
+        self.slow_interval = slow_interval
+        self.retry_interval = retry_interval
+        self.verify_pids = verify_pids
+        self.log = log or logging.getLogger(__name__)
+        self._history: deque[Sample] = deque(maxlen=max(1, round(history_seconds / interval)))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._status = Status()
+        self._slow: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
+        self._process_meta: dict[int, ProcessMeta] = {}
+        self._threads: list[threading.Thread] = []
+        self._cpu = {"fast": 0.0, "slow": 0.0}
+
+    # -- read side (any thread, cheap) -------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        with self._lock:
+            return self._status
+
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self._history[-1] if self._history else None
+
+    def since(self, t: float | None) -> list[Sample]:
+        """Samples newer than ``t`` (all of them when ``t`` is None), oldest first."""
+        with self._lock:
+            if t is None:
+                return list(self._history)
+            newer: list[Sample] = []
+            for sample in reversed(self._history):
+                if sample.t <= t:
+                    break
+                newer.append(sample)
+        newer.reverse()
+        return newer
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time both threads spent sampling (for benchmarks)."""
+        return sum(self._cpu.values())
+
+    def process_meta(self) -> dict[int, ProcessMeta]:
+        with self._lock:
+            return self._process_meta
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for name, target in (("fast", self._run_fast), ("slow", self._run_slow)):
+            thread = threading.Thread(target=target, name=f"jupyter_gpu-sampler-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    # -- fast thread ------------------------------------------------------------------------
+
+    def _run_fast(self) -> None:
+        reader = self._reader_factory()
+        table = ProcessTable(verify=self.verify_pids)
+        next_tick = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                started = time.thread_time()
+                if not reader.is_open:
+                    opened = self._open(reader)
+                    wait = self.interval if opened else self.retry_interval
+                else:
+                    self._sample(reader, table)
+                    wait = self.interval
+                self._cpu["fast"] += time.thread_time() - started
+                next_tick = max(next_tick + wait, time.monotonic())
+                self._stop.wait(next_tick - time.monotonic())
+        finally:
+            reader.close()
+
+    def _open(self, reader: NvmlReader) -> bool:
+        try:
+            count = reader.open()
+            system = reader.system()
+            devices = []
+            for index in range(count):
+                values, unsupported = reader.device_info(index)
+                devices.append({**values, "unsupported": unsupported})
+        except (NvmlUnavailable, GpuLost) as error:
+            reader.close()
+            reason = getattr(error, "reason", str(error))
+            if reason != self._status.reason:
+                self.log.info("jupyter_gpu: no usable GPU: %s", reason)
+            with self._lock:
+                self._status = Status(False, reason)
+            return False
+        with self._lock:
+            self._status = Status(True, None, system, devices)
+        self.log.info("jupyter_gpu: sampling %d GPU(s) every %ss", len(devices), self.interval)
+        return True
+
+    def _sample(self, reader: NvmlReader, table: ProcessTable) -> None:
+        gpus = []
+        devices = self._status.devices
+        try:
+            for device in devices:
+                gpus.append(self._read_gpu(reader, device))
+        except NvmlUnavailable as error:
+            self.log.warning("jupyter_gpu: NVML stopped working: %s", error.reason)
+            with self._lock:
+                self._status = Status(False, error.reason)
+            return
+        pids = {p["pid"] for gpu in gpus for p in gpu.get("processes") or ()}
+        meta = table.lookup(pids)
+        sample = Sample(time.time(), tuple(gpus))
+        with self._lock:
+            self._history.append(sample)
+            self._process_meta = meta
+
+    def _read_gpu(self, reader: NvmlReader, device: dict[str, Any]) -> dict[str, Any]:
+        index = device["index"]
+        gpu: dict[str, Any] = {"index": index, "uuid": device.get("uuid"), "state": "ok", "error": None}
+        try:
+            values, unsupported = reader.fast(index)
+        except GpuLost as error:
+            reader.forget(index)
+            return {**gpu, "state": "lost", "error": f"GPU {index} is lost: {error}", "unsupported": {}}
+        slow_values, slow_unsupported = self._slow.get(index, ({name: None for name in SLOW_FIELDS}, {}))
+        gpu.update(values)
+        gpu["power_limit_watts"] = device.get("power_limit_watts")
+        gpu.update(slow_values)
+        gpu["unsupported"] = {**unsupported, **slow_unsupported}
+        return gpu
+
+    # -- slow thread ------------------------------------------------------------------------
+
+    def _run_slow(self) -> None:
+        reader = self._reader_factory()
+        try:
+            while not self._stop.is_set():
+                status = self.status
+                if not status.available:
+                    reader.close()
+                    self._stop.wait(self.interval)
+                    continue
+                started = time.thread_time()
+                self._read_slow(reader, status.devices)
+                self._cpu["slow"] += time.thread_time() - started
+                self._stop.wait(self.slow_interval)
+        finally:
+            reader.close()
+
+    def _read_slow(self, reader: NvmlReader, devices: list[dict[str, Any]]) -> None:
+        try:
+            if not reader.is_open:
+                reader.open()
+            for device in devices:
+                try:
+                    self._slow[device["index"]] = reader.slow(device["index"])
+                except GpuLost:
+                    reader.forget(device["index"])
+                    self._slow.pop(device["index"], None)
+        except NvmlUnavailable:
+            reader.close()  # the fast thread reports the state; this one waits for it to recover

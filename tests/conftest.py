@@ -1,0 +1,57 @@
+"""Shared fixtures: a real jupyter_server with the extension, demanding auth everywhere."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+READINGS = FIXTURES / "nvml_readings_2gpu.json"
+
+
+def _has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (nvidia-smi -L failed or is absent)")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def gpu_monitor_config() -> dict:
+    """Override in a test module to change the extension's configuration."""
+    return {
+        "backend": "simulated",
+        "simulated_readings": str(READINGS),
+        "interval": 0.05,
+        "slow_interval": 0.5,
+        "retry_interval": 0.1,
+    }
+
+
+@pytest.fixture
+def jp_server_config(gpu_monitor_config: dict) -> dict:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_gpu": True},
+            "allow_unauthenticated_access": False,
+            "allow_root": True,
+        },
+        "GPUMonitor": gpu_monitor_config,
+    }
+
+
+@pytest.fixture
+def gpu_monitor(jp_serverapp):
+    """The running extension app, for tests that inject faults into its simulated NVML."""
+    return jp_serverapp.extension_manager.extension_points["jupyter_gpu"].app
