@@ -1,0 +1,229 @@
+"""The server's reader of kernel stats files refuses anything off, with a reason, and never raises."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpu.analysis.fragmentation import allocator_figures, summarize_snapshot
+from jupyter_gpu.analysis.stats_file import device_record, file_name
+from jupyter_gpu.server.kernel_stats import MAX_BYTES, read_kernel_stats
+
+FIXTURES = Path(__file__).parent / "fixtures"
+KID = "5f1c2d3e-0000-4a4a-9b9b-123456789abc"
+NOW = 1_760_000_000.0
+
+
+def _alive(pid: int) -> bool:
+    return True
+
+
+def _device() -> dict:
+    stats = json.loads((FIXTURES / "torch_memory_stats_fragmented.json").read_text())
+    segments = json.loads((FIXTURES / "torch_memory_snapshot_fragmented.json").read_text())
+    figures = allocator_figures(stats, summarize_snapshot(segments, 0))
+    return device_record(0, "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5", figures, NOW - 2)
+
+
+def _doc(**changes) -> dict:
+    doc = {"version": 1, "kernel_id": KID, "pid": 4242, "time": NOW - 1, "cuda_in_use": True,
+           "devices": [_device()]}
+    doc.update(changes)
+    return doc
+
+
+def _write(runtime: Path, content: bytes | str | dict, mode: int = 0o600) -> Path:
+    path = runtime / file_name(KID)
+    if isinstance(content, dict):
+        content = json.dumps(content)
+    if isinstance(content, str):
+        content = content.encode()
+    path.write_bytes(content)
+    os.chmod(path, mode)
+    return path
+
+
+def _read(runtime: Path, **kwargs):
+    kwargs.setdefault("now", NOW)
+    kwargs.setdefault("pid_alive", _alive)
+    return read_kernel_stats(runtime, KID, **kwargs)
+
+
+def test_valid_file(tmp_path: Path) -> None:
+    doc = _doc()
+    doc["devices"][0]["from_a_newer_agent"] = 1
+    doc["extra"] = "ignored"
+    _write(tmp_path, doc)
+    stats, reason = _read(tmp_path)
+    assert reason is None
+    assert stats["age_seconds"] == pytest.approx(1.0)
+    assert stats["pid"] == 4242 and stats["cuda_in_use"] is True
+    device = stats["devices"][0]
+    assert device["reserved_bytes"] == 2_669_674_496
+    assert device["inactive_split_bytes"] == 399_698_944
+    assert device["largest_free_block_bytes"] == {"large": 23_068_672, "small": 1_135_616}
+    assert device["segments"] == 144
+    assert "from_a_newer_agent" not in device and "extra" not in stats
+
+
+def test_no_cuda_file(tmp_path: Path) -> None:
+    _write(tmp_path, _doc(cuda_in_use=False, devices=[]))
+    stats, reason = _read(tmp_path)
+    assert reason is None and stats["devices"] == [] and stats["cuda_in_use"] is False
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    stats, reason = _read(tmp_path)
+    assert stats is None and "not loaded" in reason
+
+
+def test_empty(tmp_path: Path) -> None:
+    _write(tmp_path, b"")
+    assert _read(tmp_path) == (None, "stats file is empty")
+
+
+def test_every_truncation_is_refused(tmp_path: Path) -> None:
+    data = json.dumps(_doc()).encode()
+    for cut in range(1, len(data)):
+        _write(tmp_path, data[:cut])
+        stats, reason = _read(tmp_path)
+        assert stats is None and reason, cut
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"version": 2}, "unsupported version"),
+        ({"version": True}, "unsupported version"),
+        ({"kernel_id": "someone-else"}, "kernel_id"),
+        ({"pid": "4242"}, "pid"),
+        ({"pid": True}, "pid"),
+        ({"pid": 0}, "pid"),
+        ({"time": "yesterday"}, "time"),
+        ({"cuda_in_use": 1}, "cuda_in_use"),
+        ({"devices": {"0": {}}}, "devices"),
+        ({"devices": [_device()] * 65}, "devices"),
+        ({"devices": [[]]}, "device entry"),
+    ],
+)
+def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
+    _write(tmp_path, _doc(**changes))
+    stats, reason = _read(tmp_path)
+    assert stats is None and "malformed" in reason and why in reason
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("index", -1),
+        ("uuid", 7),
+        ("allocated_bytes", -5),
+        ("reserved_bytes", 1.5),
+        ("num_ooms", None),
+        ("fragmentation", 1.5),
+        ("fragmentation", "high"),
+        ("largest_free_block_bytes", {"large": 1}),
+        ("largest_free_block_bytes", [1, 2]),
+        ("segments", -1),
+        ("snapshot_time", "now"),
+        ("expandable_segments", "yes"),
+    ],
+)
+def test_wrong_device_fields(tmp_path: Path, key: str, value) -> None:
+    device = _device()
+    device[key] = value
+    _write(tmp_path, _doc(devices=[device]))
+    stats, reason = _read(tmp_path)
+    assert stats is None and "malformed" in reason
+
+
+def test_not_a_number_constants(tmp_path: Path) -> None:
+    text = json.dumps(_doc()).replace('"time": ' + str(NOW - 1), '"time": NaN')
+    _write(tmp_path, text)
+    stats, reason = _read(tmp_path)
+    assert stats is None and "JSON" in reason
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe garbage", b"[" * 50_000 + b"]" * 50_000, b"null", b"42", b'"text"', b"{}"],
+)
+def test_garbage(tmp_path: Path, content: bytes) -> None:
+    _write(tmp_path, content)
+    stats, reason = _read(tmp_path)
+    assert stats is None and reason
+
+
+def test_huge(tmp_path: Path) -> None:
+    doc = _doc()
+    doc["padding"] = "x" * MAX_BYTES
+    _write(tmp_path, doc)
+    stats, reason = _read(tmp_path)
+    assert stats is None and "larger than" in reason
+
+
+def test_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps(_doc()))
+    os.chmod(target, 0o600)
+    (tmp_path / file_name(KID)).symlink_to(target)
+    assert _read(tmp_path) == (None, "stats file is a symlink")
+
+
+def test_fifo_does_not_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / file_name(KID), 0o600)
+    started = time.monotonic()
+    assert _read(tmp_path) == (None, "stats file is not a regular file")
+    assert time.monotonic() - started < 1.0
+
+
+def test_directory(tmp_path: Path) -> None:
+    (tmp_path / file_name(KID)).mkdir()
+    stats, reason = _read(tmp_path)
+    assert stats is None and reason == "stats file is not a regular file"
+
+
+def test_writable_by_others(tmp_path: Path) -> None:
+    _write(tmp_path, _doc(), mode=0o666)
+    assert _read(tmp_path) == (None, "stats file is writable by other users")
+
+
+def test_stale_pid(tmp_path: Path) -> None:
+    _write(tmp_path, _doc())
+    stats, reason = _read(tmp_path, pid_alive=lambda pid: False)
+    assert stats is None and "process 4242 is gone" in reason
+
+
+def test_pid_check_that_raises_counts_as_gone(tmp_path: Path) -> None:
+    _write(tmp_path, _doc())
+
+    def broken(pid: int) -> bool:
+        raise PermissionError
+
+    assert _read(tmp_path, pid_alive=broken)[0] is None
+
+
+def test_real_pid_check(tmp_path: Path) -> None:
+    _write(tmp_path, _doc(pid=os.getpid(), time=time.time()))
+    stats, reason = read_kernel_stats(tmp_path, KID)
+    assert reason is None and stats["pid"] == os.getpid()
+
+
+def test_old_time(tmp_path: Path) -> None:
+    _write(tmp_path, _doc(time=NOW - 11))
+    stats, reason = _read(tmp_path, max_age=10)
+    assert stats is None and "stale: written 11 s ago" in reason
+
+
+def test_future_time(tmp_path: Path) -> None:
+    _write(tmp_path, _doc(time=NOW + 3600))
+    stats, reason = _read(tmp_path)
+    assert stats is None and "future" in reason
+
+
+@pytest.mark.parametrize("kernel_id", ["../etc/passwd", "", "a/b", ".hidden", "x" * 200])
+def test_bad_kernel_ids_are_not_paths(tmp_path: Path, kernel_id: str) -> None:
+    assert read_kernel_stats(tmp_path, kernel_id) == (None, "not a valid kernel id")
