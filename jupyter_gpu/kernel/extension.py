@@ -13,7 +13,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics
 
 # Order matters only for the order of help entries.
-FEATURES: tuple[str, ...] = ()
+FEATURES: tuple[str, ...] = (
+    "jupyter_gpu.kernel.agent",
+)
 
 _undo: dict[int, list[Callable[[], None]]] = {}
 

@@ -1,0 +1,248 @@
+"""Kernel agent: publishes this kernel's PyTorch allocator figures for the Jupyter server.
+
+The shell channel is busy while a cell runs, so a daemon thread pushes instead of being asked:
+about once a second it writes ``memory_stats()`` figures per device, and every few seconds the
+figures only a snapshot gives (largest free block per pool, segment count, expandable segments),
+to ``jupyter_gpu-kernel-<kernel id>.json`` beside the kernel's connection file (the server's
+runtime dir). Writes are atomic (temp file + ``os.replace``) and mode 0600.
+
+It never imports torch and never initialises CUDA (DESIGN decision 4): it reports only once the
+user's code has imported torch and CUDA is initialised; until then ``cuda_in_use`` is false.
+"""
+from __future__ import annotations
+
+import atexit
+import inspect
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from traitlets import Float
+from traitlets.config import Configurable
+
+from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
+from ..analysis.stats_file import VERSION, device_record, file_name
+
+log = logging.getLogger(__name__)
+
+# Keep periodic snapshots under this share of wall time, whatever `snapshot_interval` says:
+# a snapshot holds the allocator lock and the GIL for milliseconds per thousand blocks.
+SNAPSHOT_MAX_DUTY = 0.001
+SNAPSHOT_RETRY = 60.0  # seconds before trying again after a snapshot failed
+_CONNECTION_FILE = re.compile(r"kernel-(.+)\.json")
+
+
+class KernelAgent(Configurable):
+    """Configurable from IPython config, e.g. ``c.KernelAgent.interval = 2.0``."""
+
+    interval = Float(1.0, help="Seconds between writes of the allocator figures.").tag(config=True)
+    snapshot_interval = Float(
+        5.0,
+        help="Seconds between allocator snapshots (largest free block, segments). Stretched "
+        "automatically when a snapshot is slow, so that snapshots take at most 0.1% of the time.",
+    ).tag(config=True)
+
+    def __init__(self, path: Path, kernel_id: str, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.kernel_id = kernel_id
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._uuids: dict[int, str | None] = {}
+        self._snapshot: dict[int, SnapshotSummary] = {}
+        self._snapshot_time: float | None = None
+        self._next_snapshot = 0.0
+        self._take_snapshot: Callable[[Any], list[dict[str, Any]]] | None = None
+        self._warned = False
+
+    # -- what is published ---------------------------------------------------------------
+
+    def figures(self) -> dict[str, Any]:
+        """The file's content now; takes a snapshot when one is due."""
+        torch = _torch_in_use()
+        devices: list[dict[str, Any]] = []
+        if torch is not None:
+            now = time.monotonic()
+            if now >= self._next_snapshot:
+                self._refresh_snapshot(torch, now)
+            for index in range(torch.cuda.device_count()):
+                stats = torch.cuda.memory_stats(index)
+                if not _has_used(stats):
+                    continue
+                figures = allocator_figures(stats, self._snapshot.get(index))
+                devices.append(device_record(index, self._uuid(torch, index), figures, self._snapshot_time))
+        return {
+            "version": VERSION,
+            "kernel_id": self.kernel_id,
+            "pid": os.getpid(),
+            "time": self.clock(),
+            "cuda_in_use": torch is not None,
+            "devices": devices,
+        }
+
+    def _uuid(self, torch: ModuleType, index: int) -> str | None:
+        """NVML spells UUIDs ``GPU-…``; torch leaves the prefix out. Safe once CUDA is initialised."""
+        if index not in self._uuids:
+            try:
+                self._uuids[index] = f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+            except (AttributeError, RuntimeError):
+                self._uuids[index] = None
+        return self._uuids[index]
+
+    def _refresh_snapshot(self, torch: ModuleType, started: float) -> None:
+        try:
+            segments = self._snapshot_segments(torch)
+        except Exception as error:  # e.g. pytorch#174044; the stats still get published
+            self._warn("snapshot failed", error)
+            self._next_snapshot = started + SNAPSHOT_RETRY
+            return
+        cost = time.monotonic() - started
+        self._next_snapshot = started + max(self.snapshot_interval, cost / SNAPSHOT_MAX_DUTY)
+        devices = {segment.get("device", 0) for segment in segments}
+        self._snapshot = {d: summarize_snapshot(segments, d) for d in devices}
+        self._snapshot_time = self.clock()
+
+    def _snapshot_segments(self, torch: ModuleType) -> list[dict[str, Any]]:
+        """Segments without allocation history: history can make a snapshot take seconds.
+
+        ``memory_snapshot(include_traces=False)`` (torch >= 2.11) skips the trace entries;
+        older torch only has ``memory._snapshot()``, slow only when history is recorded,
+        which the duty-cycle limit above then stretches out.
+        """
+        if self._take_snapshot is None:
+            snapshot = torch.cuda.memory_snapshot
+            if "include_traces" in inspect.signature(snapshot).parameters:
+                self._take_snapshot = lambda t: t.cuda.memory_snapshot(include_traces=False)
+            else:
+                self._take_snapshot = lambda t: t.cuda.memory._snapshot()["segments"]
+        return self._take_snapshot(torch)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Write the figures atomically: readers see the old file or the new one, never half."""
+        data = json.dumps(self.figures(), separators=(",", ":")).encode()
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:  # mkstemp creates it 0600
+                f.write(data)
+            if self._stop.is_set():  # unloading: do not resurrect a file just removed
+                os.unlink(tmp)
+                return
+            os.replace(tmp, self.path)
+        except BaseException:
+            _unlink(tmp)
+            raise
+
+    def remove(self) -> None:
+        """Delete the file if this process wrote it (a restarted kernel reuses the name)."""
+        try:
+            with open(self.path, "rb") as f:
+                owner = json.loads(f.read(1 << 20)).get("pid")
+        except (OSError, ValueError, AttributeError):
+            owner = os.getpid()  # unreadable or half gone: ours to clean up
+        if owner == os.getpid():
+            _unlink(str(self.path))
+
+    # -- thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jupyter_gpu-agent", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Stop the thread and remove the file; safe to call twice (unload, then atexit)."""
+        atexit.unregister(self.stop)
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+        self.remove()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.publish()
+            except Exception as error:  # the kernel must not notice a failing agent
+                self._warn(f"could not publish to {self.path}", error)
+            self._stop.wait(self.interval)
+
+    def _warn(self, what: str, error: Exception) -> None:
+        """Once per agent: a broken setup would otherwise log every second."""
+        if not self._warned:
+            log.warning("jupyter_gpu agent: %s: %s", what, error)
+            self._warned = True
+
+
+def _torch_in_use() -> ModuleType | None:
+    """torch, if the user's code imported it and initialised CUDA; never imports anything."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None  # absent, or another thread is still importing it
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return torch if cuda is not None and cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _has_used(stats: dict[str, Any]) -> bool:
+    """Devices whose allocator never reserved memory have nothing to report."""
+    return bool(
+        stats.get("reserved_bytes.all.peak") or stats.get("reserved_bytes.all.allocated") or stats.get("num_ooms")
+    )
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def connection_file() -> str | None:
+    """This kernel's connection file; None outside an ipykernel (e.g. terminal IPython)."""
+    if "ipykernel" not in sys.modules:
+        return None
+    from ipykernel import get_connection_file
+
+    try:
+        return get_connection_file()
+    except (RuntimeError, OSError):
+        return None
+
+
+def stats_path(connection: str) -> tuple[Path, str] | None:
+    """Stats file path and kernel id from ``…/kernel-<id>.json``.
+
+    The file goes beside the connection file: the server put that into its runtime dir, which
+    may be configured away from ``jupyter_runtime_dir()``.
+    """
+    match = _CONNECTION_FILE.fullmatch(os.path.basename(connection))
+    if match is None:
+        return None
+    kernel_id = match.group(1)
+    try:
+        return Path(connection).resolve().parent / file_name(kernel_id), kernel_id
+    except ValueError:
+        return None
+
+
+def register(ipython: Any) -> Callable[[], None]:
+    """Start the agent in a kernel; outside a kernel there is no server to tell."""
+    connection = connection_file()
+    found = stats_path(connection) if connection else None
+    if found is None:
+        return lambda: None
+    agent = KernelAgent(*found, parent=ipython)
+    agent.start()
+    return agent.stop
