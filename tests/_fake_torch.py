@@ -1,0 +1,100 @@
+"""A stand-in ``torch`` whose CUDA allocator replays the H200 fixtures, for CPU-only machines.
+
+Only the calls jupyter_gpu's kernel side makes exist; each call is counted so that tests can
+assert what was (not) called, e.g. that nothing initialising CUDA ran before the user did.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import types
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+UUID0 = "2da622ba-bcdc-9f07-006d-4b42150c85b5"
+UUID1 = "d57917b3-7a1d-3f45-579e-d0c856ed9f9d"
+TOTAL = 150_754_820_096
+
+
+def fixture_stats() -> dict[str, Any]:
+    return json.loads((FIXTURES / "torch_memory_stats_fragmented.json").read_text())
+
+
+def fixture_segments() -> list[dict[str, Any]]:
+    return json.loads((FIXTURES / "torch_memory_snapshot_fragmented.json").read_text())
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named and placed like torch's, which is what the OOM hook recognises."""
+
+
+OutOfMemoryError.__module__ = "torch"
+
+
+class FakeCuda:
+    def __init__(self, *, initialized: bool = True, include_traces: bool = True) -> None:
+        self.initialized = initialized
+        self.calls: Counter[str] = Counter()
+        self.stats = {0: fixture_stats(), 1: {k: 0 for k in fixture_stats()}}
+        self.segments = fixture_segments()
+        self.snapshot_error: Exception | None = None
+        self.free = {0: TOTAL - 3_222_077_440, 1: TOTAL - 3_407_872}
+        if include_traces:
+            self.memory_snapshot = self._memory_snapshot
+        else:
+            self.memory_snapshot = self._legacy_memory_snapshot
+        self.memory = types.SimpleNamespace(_snapshot=self._snapshot)
+
+    def is_initialized(self) -> bool:
+        self.calls["is_initialized"] += 1
+        return self.initialized
+
+    def device_count(self) -> int:
+        self.calls["device_count"] += 1
+        return 2
+
+    def current_device(self) -> int:
+        self.calls["current_device"] += 1
+        return 0
+
+    def memory_stats(self, device: int = 0) -> dict[str, Any]:
+        self.calls["memory_stats"] += 1
+        return dict(self.stats[device]) if self.initialized else {}
+
+    def get_device_properties(self, device: int) -> types.SimpleNamespace:
+        self.calls["get_device_properties"] += 1
+        return types.SimpleNamespace(uuid=(UUID0, UUID1)[device], name="NVIDIA H200", total_memory=TOTAL)
+
+    def mem_get_info(self, device: int = 0) -> tuple[int, int]:
+        self.calls["mem_get_info"] += 1
+        return self.free[device], TOTAL
+
+    def _segments(self) -> list[dict[str, Any]]:
+        if self.snapshot_error is not None:
+            raise self.snapshot_error
+        return self.segments
+
+    def _memory_snapshot(self, mempool_id: Any = None, include_traces: bool = True) -> list[dict[str, Any]]:
+        self.calls[f"memory_snapshot(include_traces={include_traces})"] += 1
+        return self._segments()
+
+    def _legacy_memory_snapshot(self, mempool_id: Any = None) -> list[dict[str, Any]]:
+        self.calls["memory_snapshot(legacy)"] += 1
+        return self._segments()
+
+    def _snapshot(self, device: Any = None) -> dict[str, Any]:
+        self.calls["_snapshot"] += 1
+        return {"segments": self._segments(), "device_traces": []}
+
+
+def install(monkeypatch: pytest.MonkeyPatch, cuda: FakeCuda) -> types.ModuleType:
+    """Put a fake ``torch`` into ``sys.modules`` for this test only."""
+    torch = types.ModuleType("torch")
+    torch.cuda = cuda  # type: ignore[attr-defined]
+    torch.OutOfMemoryError = OutOfMemoryError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch

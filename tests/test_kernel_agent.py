@@ -1,0 +1,305 @@
+"""The kernel agent: what it writes, how, and what it never touches (torch import, CUDA init)."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from _fake_torch import UUID0, FakeCuda, install
+from IPython.testing.globalipapp import get_ipython
+
+from jupyter_gpu.analysis.stats_file import file_name
+from jupyter_gpu.kernel import agent as agent_module
+from jupyter_gpu.kernel.agent import KernelAgent, stats_path
+from jupyter_gpu.kernel.extension import FEATURES
+from jupyter_gpu.server.kernel_stats import read_kernel_stats
+
+REPO = Path(__file__).resolve().parent.parent
+KID = "0b0e9a63-1f3c-4c1e-9d2a-7f6a5e4d3c2b"
+
+
+@pytest.fixture
+def agent(tmp_path: Path):
+    made: list[KernelAgent] = []
+
+    def make(**kwargs) -> KernelAgent:
+        a = KernelAgent(tmp_path / file_name(KID), KID, **kwargs)
+        made.append(a)
+        return a
+
+    yield make
+    for a in made:
+        a.stop()
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def test_agent_is_a_feature() -> None:
+    assert "jupyter_gpu.kernel.agent" in FEATURES
+
+
+def test_before_cuda_writes_no_cuda_in_use(agent, monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    a = agent()
+    a.publish()
+    doc = _read(a.path)
+    assert doc["cuda_in_use"] is False and doc["devices"] == []
+    assert doc["kernel_id"] == KID and doc["pid"] == os.getpid() and doc["version"] == 1
+    assert stat.S_IMODE(a.path.stat().st_mode) == 0o600
+    # What the agent writes is what the server accepts.
+    stats, reason = read_kernel_stats(a.path.parent, KID)
+    assert reason is None and stats["cuda_in_use"] is False
+
+
+def test_torch_imported_but_cuda_not_initialised(agent, monkeypatch) -> None:
+    cuda = FakeCuda(initialized=False)
+    install(monkeypatch, cuda)
+    a = agent()
+    a.publish()
+    assert _read(a.path)["cuda_in_use"] is False
+    # Only the harmless check ran: nothing that initialises CUDA or creates a context.
+    assert set(cuda.calls) == {"is_initialized"}
+
+
+def test_cuda_figures_from_fixture(agent, monkeypatch) -> None:
+    cuda = FakeCuda()
+    install(monkeypatch, cuda)
+    a = agent(clock=lambda: 1_760_000_000.0)
+    a.publish()
+    doc = _read(a.path)
+    assert doc["cuda_in_use"] is True
+    assert len(doc["devices"]) == 1  # device 1 never reserved anything
+    d = doc["devices"][0]
+    assert d["index"] == 0 and d["uuid"] == f"GPU-{UUID0}"
+    assert d["reserved_bytes"] == 2_669_674_496
+    assert d["allocated_bytes"] == d["active_bytes"] == 1_259_148_288
+    assert d["requested_bytes"] == 1_238_401_337
+    assert d["inactive_split_bytes"] == 399_698_944
+    assert d["reserved_unallocated_bytes"] == 1_410_526_208
+    assert d["fragmentation"] == pytest.approx(399_698_944 / 2_669_674_496)
+    assert (d["num_alloc_retries"], d["num_ooms"]) == (0, 0)
+    assert d["peak_allocated_bytes"] == 2_424_527_360
+    assert d["largest_free_block_bytes"] == {"large": 23_068_672, "small": 1_135_616}
+    assert d["segments"] == 144
+    assert d["snapshot_time"] == 1_760_000_000.0
+    assert d["expandable_segments"] is False
+    # Snapshots without allocation history, and not again before snapshot_interval.
+    a.publish()
+    assert cuda.calls["memory_snapshot(include_traces=False)"] == 1
+    assert cuda.calls["_snapshot"] == 0
+
+
+def test_older_torch_uses_private_snapshot(agent, monkeypatch) -> None:
+    cuda = FakeCuda(include_traces=False)
+    install(monkeypatch, cuda)
+    a = agent()
+    a.publish()
+    assert cuda.calls["_snapshot"] == 1 and cuda.calls["memory_snapshot(legacy)"] == 0
+    assert _read(a.path)["devices"][0]["segments"] == 144
+
+
+def test_failing_snapshot_keeps_stats(agent, monkeypatch) -> None:
+    cuda = FakeCuda()
+    cuda.snapshot_error = RuntimeError("mempool_id must be a tuple of 2 integers")
+    install(monkeypatch, cuda)
+    a = agent()
+    a.publish()
+    d = _read(a.path)["devices"][0]
+    assert d["reserved_bytes"] == 2_669_674_496
+    assert d["largest_free_block_bytes"] is None and d["segments"] is None and d["snapshot_time"] is None
+
+
+def test_slow_snapshot_stretches_its_interval(agent, monkeypatch) -> None:
+    cuda = FakeCuda()
+    real = cuda.memory_snapshot
+
+    def slow(mempool_id=None, include_traces=True):
+        time.sleep(0.02)
+        return real(mempool_id, include_traces)
+
+    cuda.memory_snapshot = slow
+    install(monkeypatch, cuda)
+    a = agent()
+    started = time.monotonic()
+    a.publish()
+    # 20 ms per snapshot at most 0.1% of the time: not again for >= 20 s.
+    assert a._next_snapshot - started >= 20.0
+
+
+def test_configurable_from_ipython_config(tmp_path: Path) -> None:
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelAgent.interval = 0.25
+    config.KernelAgent.snapshot_interval = 30.0
+    a = KernelAgent(tmp_path / file_name(KID), KID, config=config)
+    assert (a.interval, a.snapshot_interval) == (0.25, 30.0)
+
+
+def test_writes_are_atomic_and_leave_no_temp_files(agent, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    a = agent(interval=0.0005, snapshot_interval=0.0)
+    a.start()
+    _wait_for(a.path.exists)
+    seen, errors = 0, []
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            doc = json.loads(a.path.read_bytes())
+            assert doc["devices"][0]["reserved_bytes"] == 2_669_674_496
+            seen += 1
+        except FileNotFoundError:
+            pass
+        except Exception as error:  # a partial file
+            errors.append(error)
+    a.stop()
+    assert errors == [] and seen > 50
+    assert not a.path.exists()
+    assert list(a.path.parent.iterdir()) == []
+
+
+def test_remove_spares_a_file_of_another_process(agent) -> None:
+    a = agent()
+    a.path.write_text(json.dumps({"pid": os.getpid() + 1}))
+    a.remove()
+    assert a.path.exists()
+
+
+def test_stats_path_from_connection_file(tmp_path: Path) -> None:
+    kid = str(uuid.uuid4())
+    path, found = stats_path(str(tmp_path / f"kernel-{kid}.json"))
+    assert found == kid and path == tmp_path.resolve() / f"jupyter_gpu-kernel-{kid}.json"
+    assert stats_path(str(tmp_path / "my-connection.json")) is None
+    assert stats_path(str(tmp_path / "kernel-../x.json")) is None
+
+
+def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(agent_module, "connection_file", lambda: str(tmp_path / f"kernel-{KID}.json"))
+    ip = get_ipython()
+    threads = threading.active_count()
+    undo = agent_module.register(ip)
+    path = tmp_path / file_name(KID)
+    _wait_for(path.exists)
+    assert _read(path)["cuda_in_use"] is False
+    undo()
+    assert not path.exists()
+    assert threading.active_count() == threads
+
+
+def test_register_outside_a_kernel_does_nothing(monkeypatch) -> None:
+    monkeypatch.setattr(agent_module, "connection_file", lambda: None)
+    threads = threading.active_count()
+    undo = agent_module.register(get_ipython())
+    assert threading.active_count() == threads
+    undo()
+
+
+def _run_python(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_agent_never_imports_torch(tmp_path: Path) -> None:
+    out = _run_python(f"""
+        import sys, time, json
+        from pathlib import Path
+        from jupyter_gpu.kernel.agent import KernelAgent
+        a = KernelAgent(Path({str(tmp_path)!r}) / "f.json", "k", interval=0.01, snapshot_interval=0.01)
+        a.start(); time.sleep(0.3)
+        print(json.loads(a.path.read_text())["cuda_in_use"], "torch" in sys.modules)
+        a.stop()
+    """)
+    assert out.split() == ["False", "False"]
+
+
+def test_agent_does_not_initialise_cuda_after_torch_import(tmp_path: Path) -> None:
+    """Spies on everything that would initialise CUDA or create a context."""
+    out = _run_python(f"""
+        import time, json
+        from pathlib import Path
+        import torch
+        touched = []
+        for name in ("init", "_lazy_init", "mem_get_info", "get_device_properties",
+                     "current_device", "set_device", "synchronize", "memory_stats"):
+            real = getattr(torch.cuda, name)
+            def spy(*a, _n=name, _r=real, **k):
+                touched.append(_n)
+                return _r(*a, **k)
+            setattr(torch.cuda, name, spy)
+        from jupyter_gpu.kernel.agent import KernelAgent
+        a = KernelAgent(Path({str(tmp_path)!r}) / "f.json", "k", interval=0.01, snapshot_interval=0.01)
+        a.start(); time.sleep(0.3)
+        print(json.loads(a.path.read_text())["cuda_in_use"], torch.cuda.is_initialized(), touched)
+        a.stop()
+    """)
+    assert out.split() == ["False", "False", "[]"]
+
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    """A real ipykernel with the repo on its path and its runtime dir in tmp_path."""
+    from jupyter_client.manager import KernelManager
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    km = KernelManager(connection_file=str(tmp_path / f"kernel-{KID}.json"))
+    km.start_kernel(env=env)
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    yield km, kc
+    kc.stop_channels()
+    if km.is_alive():
+        km.shutdown_kernel(now=False)
+
+
+def _execute(kc, code: str) -> str:
+    reply = kc.execute_interactive(code, timeout=120, output_hook=_collect.append)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    text = "".join(m["content"].get("text", "") for m in _collect if m["msg_type"] == "stream")
+    _collect.clear()
+    return text
+
+
+_collect: list[dict] = []
+
+
+def test_real_kernel(kernel, tmp_path: Path) -> None:
+    km, kc = kernel
+    path = tmp_path / file_name(KID)
+    _execute(kc, "%load_ext jupyter_gpu")
+    _wait_for(path.exists, timeout=30)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    stats, reason = read_kernel_stats(tmp_path, KID)
+    assert reason is None and stats["cuda_in_use"] is False
+    assert stats["pid"] == km.provisioner.pid
+    out = _execute(kc, "import torch, time; x = torch.ones(4); time.sleep(1.5); print(torch.cuda.is_initialized())")
+    assert out.strip() == "False"
+    assert read_kernel_stats(tmp_path, KID).stats["cuda_in_use"] is False
+    _execute(kc, "%unload_ext jupyter_gpu")
+    assert not path.exists()
+    _execute(kc, "%load_ext jupyter_gpu")
+    _wait_for(path.exists, timeout=30)
+    km.shutdown_kernel(now=False)
+    _wait_for(lambda: not path.exists(), timeout=30)
