@@ -34,6 +34,7 @@ class SimulatedNVML:
         if init_error:
             self.fail("nvmlInit", getattr(pynvml, init_error))
         self.calls: dict[str, int] = defaultdict(int)
+        self.threads: set[str] = set()  # names of the threads that called NVML
 
     @classmethod
     def from_file(cls, path: str | Path) -> "SimulatedNVML":
@@ -59,6 +60,7 @@ class SimulatedNVML:
     def _check(self, function: str, device: int | None = None) -> None:
         with self._lock:
             self.calls[function] += 1
+            self.threads.add(threading.current_thread().name)
             if device is not None and device in self._lost and function != "nvmlDeviceGetCount":
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
             for fault in self._faults.get(function, []):

@@ -65,8 +65,8 @@ class GPUMonitor(ExtensionApp):
         if self.simulated:
             from ..nvml.simulated import SimulatedNVML
 
-            nvml = SimulatedNVML.from_file(self.simulated_readings)
-            return lambda: NvmlReader(nvml)
+            self.simulated_nvml = SimulatedNVML.from_file(self.simulated_readings)
+            return lambda: NvmlReader(self.simulated_nvml)
         return NvmlReader
 
     def initialize_settings(self) -> None:

@@ -1,0 +1,81 @@
+"""Every route demands authentication and honours the server's authorizer."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+from jupyter_server.auth.authorizer import Authorizer
+from tornado.httpclient import HTTPClientError
+
+ROUTES = ["api/gpu/devices", "api/gpu/telemetry", "api/gpu/kernels"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+async def test_every_route_refuses_requests_without_a_valid_token(jp_fetch, route, token):
+    # an empty Authorization header stops jp_fetch from adding the real token
+    headers = {"Authorization": f"token {token}" if token else ""}
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch(*route.split("/"), headers=headers, follow_redirects=False)
+    assert info.value.code == 403
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_every_route_answers_with_the_token(jp_fetch, route):
+    assert (await jp_fetch(*route.split("/"))).code == 200
+
+
+def test_no_handler_lacks_an_auth_rule(jp_server_config):
+    """What the extension template's check_auth.py does, as a test."""
+    from jupyter_server.serverapp import ServerApp
+
+    app = ServerApp(
+        jpserver_extensions={"jupyter_gpu": True},
+        allow_unauthenticated_access=False,
+        reraise_server_extension_failures=True,
+        allow_root=True,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        app.initialize(argv=[], find_extensions=False, new_httpserver=False)
+    try:
+        messages = [str(w.message) for w in caught if "JupyterServerAuthWarning" in type(w.message).__name__]
+        assert not [m for m in messages if "gpu" in m.lower()], messages
+        assert any(pattern.endswith("api/gpu/devices") for pattern in _patterns(app))
+    finally:
+        app.extension_manager.extension_points["jupyter_gpu"].app.sampler.stop()
+
+
+def _patterns(app) -> list[str]:
+    return [rule.matcher.regex.pattern.rstrip("$") for rule in app.web_app.default_router.rules[0].target.rules]
+
+
+class DenyGPU(Authorizer):
+    def is_authorized(self, handler, user, action, resource) -> bool:
+        return resource != "gpu"
+
+
+class TestAuthorizer:
+    @pytest.fixture
+    def jp_server_config(self, jp_server_config):
+        return {**jp_server_config, "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": DenyGPU}}
+
+    @pytest.mark.parametrize("route", ROUTES)
+    async def test_a_user_without_the_gpu_permission_is_refused(self, jp_fetch, route):
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch(*route.split("/"))
+        assert info.value.code == 403
+        assert (await jp_fetch("api", "status")).code == 200
+
+
+def test_server_side_never_imports_torch():
+    """`import torch` costs seconds: the server extension must start without it."""
+    code = (
+        "import sys, jupyter_gpu, jupyter_gpu.server.app, jupyter_gpu.nvml.simulated;"
+        "jupyter_gpu._jupyter_server_extension_points();"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

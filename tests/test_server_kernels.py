@@ -1,0 +1,114 @@
+"""Kernels, their notebooks and the GPU memory their process trees hold; Prometheus labels."""
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+
+from test_server_api import get, wait_for
+
+GIB = 1024**3
+
+
+async def start_notebook_kernel(jp_fetch, path: str) -> str:
+    body = json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}})
+    response = await jp_fetch("api", "sessions", method="POST", body=body)
+    return json.loads(response.body)["kernel"]["id"]
+
+
+async def spawn_child_in_kernel(kernel) -> int:
+    """Make the kernel start a child process (like a DataLoader worker) and return its PID."""
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        code = "import subprocess; _child = subprocess.Popen(['sleep', '120']); print(_child.pid)"
+        msg_id = client.execute(code)
+        while True:
+            msg = await client.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                return int(msg["content"]["text"].strip())
+    finally:
+        client.stop_channels()
+
+
+@pytest.fixture
+def children():
+    """PIDs of processes a test made a kernel start; killed afterwards."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+async def kernel_on_gpu(jp_fetch, gpu_monitor, children) -> tuple[str, int, int]:
+    """A real kernel of this server whose process and child hold memory on simulated GPU 1."""
+    kernel_id = await start_notebook_kernel(jp_fetch, "course/week1/train.ipynb")
+    kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
+    child = await spawn_child_in_kernel(kernel)
+    children.append(child)
+    processes = gpu_monitor.simulated_nvml.readings["devices"][1]["compute_processes"]
+    processes.append({"pid": kernel.provisioner.pid, "used_gpu_memory": 2 * GIB})
+    processes.append({"pid": child, "used_gpu_memory": 1 * GIB})
+    processes.append({"pid": os.getpid(), "used_gpu_memory": 3 * GIB})  # not a kernel: this test
+    return kernel_id, kernel.provisioner.pid, child
+
+
+async def test_kernel_process_tree_is_joined_with_its_notebook(jp_fetch, gpu_monitor, children):
+    kernel_id, kernel_pid, child = await kernel_on_gpu(jp_fetch, gpu_monitor, children)
+
+    async def attributed():
+        body = await get(jp_fetch, "kernels")
+        mine = [k for k in body["kernels"] if k["id"] == kernel_id]
+        return body if mine and mine[0]["gpu_memory"] else None
+
+    body = await wait_for(attributed, timeout=10)
+    kernel = next(k for k in body["kernels"] if k["id"] == kernel_id)
+    assert kernel["path"] == "course/week1/train.ipynb"
+    assert kernel["pid"] == kernel_pid
+    assert kernel["name"] == "python3"
+    assert kernel["gpu_memory"] == [
+        {
+            "gpu_index": 1,
+            "uuid": "GPU-d57917b3-7a1d-3f45-579e-d0c856ed9f9d",
+            "used_memory_bytes": 3 * GIB,
+            "pids": [kernel_pid, child],
+        }
+    ]
+    others = {row["pid"]: row for row in body["unattributed"]}
+    assert others[os.getpid()]["used_memory_bytes"] == 3 * GIB
+    assert "pytest" in others[os.getpid()]["command"]
+    assert 564 in others and others[564]["gpu_index"] == 0
+
+
+async def test_prometheus_exposes_gpu_and_kernel_figures(jp_fetch, gpu_monitor, children):
+    kernel_id, _, _ = await kernel_on_gpu(jp_fetch, gpu_monitor, children)
+    await wait_for(lambda: _kernel_has_memory(jp_fetch, kernel_id), timeout=10)
+    text = (await jp_fetch("metrics")).body.decode()
+    uuid0 = 'gpu="0",uuid="GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"'
+    assert f"jupyter_gpu_memory_used_bytes{{{uuid0}}} 3.22207744e+09" in text
+    assert f"jupyter_gpu_power_watts{{{uuid0}}} 123.82" in text
+    assert f"jupyter_gpu_sm_clock_hertz{{{uuid0}}} 1.98e+09" in text
+    assert f"jupyter_gpu_utilization_ratio{{{uuid0}}} 0.0" in text
+    assert "jupyter_gpu_available 1.0" in text
+    assert "jupyter_gpu_fan" not in text  # unsupported fields are absent, not zero
+    line = next(l for l in text.splitlines() if l.startswith("jupyter_gpu_kernel_memory_used_bytes{"))
+    assert f'kernel_id="{kernel_id}"' in line and 'notebook_path="course/week1/train.ipynb"' in line
+    assert float(line.rsplit(" ", 1)[1]) == 3 * GIB
+
+
+async def _kernel_has_memory(jp_fetch, kernel_id):
+    body = await get(jp_fetch, "kernels")
+    return any(k["id"] == kernel_id and k["gpu_memory"] for k in body["kernels"])
+
+
+async def test_kernel_without_gpu_memory_is_listed_with_none(jp_fetch, gpu_monitor):
+    kernel_id = await start_notebook_kernel(jp_fetch, "cpu-only.ipynb")
+    body = await get(jp_fetch, "kernels")
+    kernel = next(k for k in body["kernels"] if k["id"] == kernel_id)
+    assert kernel["path"] == "cpu-only.ipynb" and kernel["gpu_memory"] == []
