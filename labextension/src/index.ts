@@ -1,0 +1,101 @@
+/**
+ * jupyter-gpu: the GPU sidebar panel, its status-bar item and settings.
+ */
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { gpuIcon } from './icon';
+import { DEFAULT_SETTINGS, GpuModel, IGpuSettings } from './model';
+import { GpuPanel } from './panel';
+import { GpuStatus } from './statusbar';
+
+const PLUGIN_ID = 'jupyter-gpu:plugin';
+
+namespace CommandIDs {
+  export const open = 'jupyter-gpu:open';
+  export const refresh = 'jupyter-gpu:refresh';
+}
+
+function readSettings(settings: ISettingRegistry.ISettings): IGpuSettings {
+  const composite = settings.composite as Partial<IGpuSettings>;
+  return { ...DEFAULT_SETTINGS, ...composite };
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'GPU sidebar panel and status-bar item fed by the jupyter_gpu server extension.',
+  autoStart: true,
+  optional: [ISettingRegistry, IStatusBar, ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    settingRegistry: ISettingRegistry | null,
+    statusBar: IStatusBar | null,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ) => {
+    const model = new GpuModel(app.serviceManager.serverSettings);
+    const panel = new GpuPanel(model, path => {
+      void app.commands.execute('docmanager:open', { path });
+    });
+    panel.id = 'jupyter-gpu-panel';
+    panel.title.icon = gpuIcon;
+    panel.title.caption = 'GPU';
+    app.shell.add(panel, 'left', { rank: 600 });
+    if (restorer) {
+      restorer.add(panel, 'jupyter-gpu-panel');
+    }
+
+    app.commands.addCommand(CommandIDs.open, {
+      label: 'Show GPU Panel',
+      caption: 'Open the GPU sidebar panel',
+      icon: gpuIcon,
+      execute: () => app.shell.activateById(panel.id)
+    });
+    app.commands.addCommand(CommandIDs.refresh, {
+      label: 'Refresh GPU Figures',
+      execute: () => model.refresh()
+    });
+    if (palette) {
+      palette.addItem({ command: CommandIDs.open, category: 'GPU' });
+      palette.addItem({ command: CommandIDs.refresh, category: 'GPU' });
+    }
+
+    if (statusBar) {
+      const item = new GpuStatus(model, () => {
+        void app.commands.execute(CommandIDs.open);
+      });
+      statusBar.registerStatusItem(PLUGIN_ID, {
+        item,
+        align: 'left',
+        rank: 50,
+        isActive: () => model.settings.showStatusBar,
+        activeStateChanged: model.stateChanged
+      });
+    }
+
+    if (settingRegistry) {
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          model.settings = readSettings(settings);
+          settings.changed.connect(() => {
+            model.settings = readSettings(settings);
+          });
+        })
+        .catch(reason => {
+          console.error('jupyter-gpu: could not load settings', reason);
+        })
+        .then(() => model.start());
+    } else {
+      model.start();
+    }
+  }
+};
+
+export default plugin;

@@ -1,0 +1,269 @@
+/**
+ * The state shared by the GPU panel and the status-bar item, and the polls
+ * that keep it fresh.
+ *
+ * One telemetry poll feeds both views: it asks only for samples newer than the
+ * last one it holds (`?since=`), stands by while the browser tab is hidden, and
+ * while neither the panel nor the status-bar item is shown. The kernels poll
+ * ("who holds GPU memory") runs only while the panel is visible. Both back off
+ * when the server is unreachable and recover by themselves.
+ */
+import { ServerConnection } from '@jupyterlab/services';
+import { VDomModel } from '@jupyterlab/ui-components';
+import { Poll } from '@lumino/polling';
+
+import { MemoryUnits } from './format';
+import { requestAPI, ServerExtensionMissing } from './request';
+import { busiestGpu, mergeHistory, selectGpus } from './shape';
+import type {
+  IDevicesReply,
+  IGpuSample,
+  IKernelsReply,
+  ISample,
+  ITelemetryReply
+} from './types';
+
+export interface IGpuSettings {
+  /** Seconds between telemetry requests. */
+  refreshInterval: number;
+  /** Seconds between "who holds GPU memory" requests while the panel is open. */
+  kernelsInterval: number;
+  /** GPU indices to show; empty shows every GPU. */
+  gpus: number[];
+  memoryUnits: MemoryUnits;
+  /** Seconds of history drawn in the charts. */
+  historySeconds: number;
+  showStatusBar: boolean;
+}
+
+export const DEFAULT_SETTINGS: IGpuSettings = {
+  refreshInterval: 2,
+  kernelsInterval: 5,
+  gpus: [],
+  memoryUnits: 'binary',
+  historySeconds: 600,
+  showStatusBar: true
+};
+
+/** The longest wait between attempts while the server cannot be reached. */
+const MAX_BACKOFF_MS = 60 * 1000;
+
+export class GpuModel extends VDomModel {
+  constructor(serverSettings: ServerConnection.ISettings) {
+    super();
+    this._serverSettings = serverSettings;
+    this._telemetryPoll = new Poll({
+      auto: false,
+      factory: () => this._fetchTelemetry(),
+      frequency: this._frequency(this._settings.refreshInterval),
+      name: 'jupyter-gpu:telemetry',
+      standby: () =>
+        this._panelVisible || this._statusBarVisible ? 'when-hidden' : true
+    });
+    this._kernelsPoll = new Poll({
+      auto: false,
+      factory: () => this._fetchKernels(),
+      frequency: this._frequency(this._settings.kernelsInterval),
+      name: 'jupyter-gpu:kernels',
+      standby: () => (this._panelVisible ? 'when-hidden' : true)
+    });
+  }
+
+  /** Begin polling. */
+  start(): void {
+    void this._telemetryPoll.start();
+    void this._kernelsPoll.start();
+  }
+
+  get settings(): IGpuSettings {
+    return this._settings;
+  }
+
+  set settings(value: IGpuSettings) {
+    this._settings = { ...DEFAULT_SETTINGS, ...value };
+    this._telemetryPoll.frequency = this._frequency(this._settings.refreshInterval);
+    this._kernelsPoll.frequency = this._frequency(this._settings.kernelsInterval);
+    this._history = mergeHistory(this._history, [], this._settings.historySeconds);
+    this.stateChanged.emit();
+  }
+
+  /** Tell the model whether the panel is on screen. */
+  setPanelVisible(visible: boolean): void {
+    if (this._panelVisible === visible) {
+      return;
+    }
+    this._panelVisible = visible;
+    if (visible) {
+      void this._telemetryPoll.refresh();
+      void this._kernelsPoll.refresh();
+    }
+  }
+
+  /** Tell the model whether the status-bar item is on screen. */
+  setStatusBarVisible(visible: boolean): void {
+    if (this._statusBarVisible === visible) {
+      return;
+    }
+    this._statusBarVisible = visible;
+    if (visible) {
+      void this._telemetryPoll.refresh();
+    }
+  }
+
+  /** Ask for fresh figures now. */
+  refresh(): void {
+    void this._telemetryPoll.refresh();
+    if (this._panelVisible) {
+      void this._kernelsPoll.refresh();
+    }
+  }
+
+  /** True once the first telemetry reply has arrived. */
+  get loaded(): boolean {
+    return this._telemetry !== null;
+  }
+
+  /** Whether the server has a usable GPU; null while unknown. */
+  get available(): boolean | null {
+    return this._telemetry ? this._telemetry.available : null;
+  }
+
+  /** The server's explanation when no GPU is usable. */
+  get reason(): string | null {
+    return this._telemetry?.reason ?? this._devices?.reason ?? null;
+  }
+
+  /** Readings come from the simulated backend, not a real GPU. */
+  get simulated(): boolean {
+    return !!(this._telemetry?.simulated || this._devices?.simulated);
+  }
+
+  get devices(): IDevicesReply | null {
+    return this._devices;
+  }
+
+  get telemetry(): ITelemetryReply | null {
+    return this._telemetry;
+  }
+
+  get kernels(): IKernelsReply | null {
+    return this._kernels;
+  }
+
+  /** The browser's copy of the server's history, oldest first. */
+  get history(): ISample[] {
+    return this._history;
+  }
+
+  /** The latest sample's GPUs, restricted to the GPUs selected in the settings. */
+  get gpus(): IGpuSample[] {
+    const latest = this._telemetry?.latest;
+    return latest ? selectGpus(latest.gpus, this._settings.gpus) : [];
+  }
+
+  /** The busiest selected GPU, for the status bar. */
+  get busiest(): IGpuSample | null {
+    return busiestGpu(this.gpus);
+  }
+
+  /** The last request error, or null while the server answers. */
+  get error(): string | null {
+    return this._error;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._telemetryPoll.dispose();
+    this._kernelsPoll.dispose();
+    super.dispose();
+  }
+
+  private _frequency(seconds: number) {
+    const interval = Math.max(250, Math.round(seconds * 1000));
+    return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
+  }
+
+  private async _fetchTelemetry(): Promise<void> {
+    try {
+      const reply = await requestAPI<ITelemetryReply>(
+        'telemetry',
+        this._serverSettings,
+        this._lastT === null ? {} : { since: this._lastT }
+      );
+      this._history = mergeHistory(
+        this._history,
+        reply.history,
+        this._settings.historySeconds
+      );
+      const last = this._history[this._history.length - 1];
+      this._lastT = last ? last.t : this._lastT;
+      const wasAvailable = this._telemetry?.available;
+      this._telemetry = reply;
+      this._error = null;
+      if (this._needDevices(reply, wasAvailable)) {
+        this._devices = await requestAPI<IDevicesReply>(
+          'devices',
+          this._serverSettings
+        );
+      }
+      this.stateChanged.emit();
+    } catch (error) {
+      this._fail(error);
+      throw error;
+    }
+  }
+
+  private async _fetchKernels(): Promise<void> {
+    try {
+      this._kernels = await requestAPI<IKernelsReply>(
+        'kernels',
+        this._serverSettings
+      );
+      this.stateChanged.emit();
+    } catch (error) {
+      this._fail(error);
+      throw error;
+    }
+  }
+
+  /** Devices are fetched once, and again when the set of GPUs changes. */
+  private _needDevices(
+    reply: ITelemetryReply,
+    wasAvailable: boolean | undefined
+  ): boolean {
+    if (this._devices === null || wasAvailable !== reply.available) {
+      return true;
+    }
+    const known = new Set(this._devices.devices.map(d => d.uuid));
+    const seen = reply.latest?.gpus ?? [];
+    return seen.some(g => !known.has(g.uuid));
+  }
+
+  private _fail(error: unknown): void {
+    if (error instanceof ServerExtensionMissing) {
+      this._error = error.message;
+    } else if (error instanceof ServerConnection.NetworkError) {
+      this._error = 'Cannot reach the Jupyter server; retrying.';
+    } else if (error instanceof ServerConnection.ResponseError) {
+      this._error = `The server answered ${error.response.status}: ${error.message}`;
+    } else {
+      this._error = String(error);
+    }
+    this.stateChanged.emit();
+  }
+
+  private _serverSettings: ServerConnection.ISettings;
+  private _settings: IGpuSettings = { ...DEFAULT_SETTINGS };
+  private _telemetryPoll: Poll;
+  private _kernelsPoll: Poll;
+  private _panelVisible = false;
+  private _statusBarVisible = false;
+  private _telemetry: ITelemetryReply | null = null;
+  private _devices: IDevicesReply | null = null;
+  private _kernels: IKernelsReply | null = null;
+  private _history: ISample[] = [];
+  private _lastT: number | null = null;
+  private _error: string | null = null;
+}

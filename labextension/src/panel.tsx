@@ -1,0 +1,442 @@
+/**
+ * The "GPU" sidebar panel: one card per GPU, who holds GPU memory, and the
+ * no-GPU state. Rendering only; the data comes from GpuModel.
+ */
+import { VDomRenderer } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import * as React from 'react';
+
+import { Sparkline } from './chart';
+import {
+  formatAge,
+  formatBytes,
+  formatBytesOf,
+  formatCelsius,
+  formatMHz,
+  formatPercent,
+  formatPower,
+  formatRate,
+  formatRatio,
+  MemoryUnits
+} from './format';
+import { GpuModel } from './model';
+import {
+  deviceFor,
+  holders,
+  kernelLabel,
+  kernelMemory,
+  series
+} from './shape';
+import type {
+  IDevice,
+  IGpuSample,
+  IKernel,
+  ISample,
+  IUnattributed
+} from './types';
+
+export class GpuPanel extends VDomRenderer<GpuModel> {
+  constructor(model: GpuModel, openPath: (path: string) => void) {
+    super(model);
+    this._openPath = openPath;
+    this.addClass('jp-gpu-panel');
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.model.setPanelVisible(true);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.model.setPanelVisible(false);
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this.model.setPanelVisible(this.isVisible);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this.model.setPanelVisible(false);
+    super.onBeforeDetach(msg);
+  }
+
+  render(): JSX.Element {
+    const m = this.model;
+    return (
+      <div className="jp-gpu-content">
+        <Header model={m} />
+        {m.error && (
+          <div className="jp-gpu-error" role="alert">
+            {m.error}
+          </div>
+        )}
+        {!m.loaded && !m.error && <div className="jp-gpu-loading">Loading GPU figures…</div>}
+        {m.available === false && <NoGpu reason={m.reason} />}
+        {m.available && <Cards model={m} />}
+        {m.available && <Holders model={m} openPath={this._openPath} />}
+      </div>
+    );
+  }
+
+  private _openPath: (path: string) => void;
+}
+
+function Header(props: { model: GpuModel }): JSX.Element {
+  const d = props.model.devices;
+  return (
+    <div className="jp-gpu-header">
+      <h2 className="jp-gpu-title">GPU</h2>
+      {props.model.simulated && (
+        <span
+          className="jp-gpu-badge jp-gpu-simulated"
+          title="These readings are replayed from a recording by the simulated backend; they are not this machine's GPUs."
+        >
+          simulated
+        </span>
+      )}
+      {d && d.driver_version && (
+        <span className="jp-gpu-driver" data-field="driver">
+          driver {d.driver_version}
+          {d.cuda_driver_version ? ` · CUDA ${d.cuda_driver_version}` : ''}
+        </span>
+      )}
+    </div>
+  );
+}
+
+function NoGpu(props: { reason: string | null }): JSX.Element {
+  return (
+    <div className="jp-gpu-nogpu" data-state="no-gpu">
+      <h3>No usable GPU</h3>
+      <p className="jp-gpu-reason" data-field="reason">
+        {props.reason || 'The server reports no usable GPU.'}
+      </p>
+      <p className="jp-gpu-hint">
+        The reason above comes from the Jupyter server, which reads the GPUs
+        through NVML. Run <code>nvidia-smi</code> in a terminal on the same
+        machine to check the driver; after fixing it, this panel recovers by
+        itself.
+      </p>
+    </div>
+  );
+}
+
+function Cards(props: { model: GpuModel }): JSX.Element {
+  const m = props.model;
+  const t = m.telemetry;
+  const gpus = m.gpus;
+  if (!t || gpus.length === 0) {
+    return <div className="jp-gpu-empty">No GPU selected (see the settings).</div>;
+  }
+  const t1 = t.now;
+  const t0 = t1 - m.settings.historySeconds;
+  const maxGap = Math.max(3 * (t.interval || 1), 5);
+  return (
+    <div className="jp-gpu-cards">
+      {gpus.map(g => (
+        <Card
+          key={g.uuid}
+          gpu={g}
+          device={deviceFor(m.devices?.devices ?? [], g)}
+          history={m.history}
+          t0={t0}
+          t1={t1}
+          maxGap={maxGap}
+          units={m.settings.memoryUnits}
+        />
+      ))}
+    </div>
+  );
+}
+
+interface ICardProps {
+  gpu: IGpuSample;
+  device: IDevice | undefined;
+  history: ISample[];
+  t0: number;
+  t1: number;
+  maxGap: number;
+  units: MemoryUnits;
+}
+
+function Card(props: ICardProps): JSX.Element {
+  const { gpu: g, device, units } = props;
+  const name = device?.name ?? 'GPU';
+  const window = `over ${formatAge(props.t1 - props.t0)}`;
+  const util = series(props.history, g.uuid, 'utilization_gpu_percent');
+  const mem = series(props.history, g.uuid, 'memory_used_bytes');
+  const total = g.memory_total_bytes ?? device?.memory_total_bytes ?? 0;
+  return (
+    <section
+      className={`jp-gpu-card jp-gpu-state-${g.state}`}
+      data-gpu-index={g.index}
+      data-gpu-uuid={g.uuid}
+    >
+      <div className="jp-gpu-card-title">
+        <span className="jp-gpu-index">GPU {g.index}</span>
+        <span className="jp-gpu-name" title={device?.pci_bus_id ?? undefined}>
+          {name}
+        </span>
+        <Mig device={device} />
+      </div>
+      {g.state !== 'ok' && (
+        <div className="jp-gpu-error" role="alert" data-field="state">
+          {g.state === 'lost' ? 'GPU lost' : 'GPU error'}
+          {g.error ? `: ${g.error}` : ''}
+        </div>
+      )}
+      <div className="jp-gpu-chart">
+        <div className="jp-gpu-chart-label">
+          <span>Utilisation</span>
+          <Value gpu={g} field="utilization_gpu_percent">
+            {formatPercent(g.utilization_gpu_percent)}
+          </Value>
+        </div>
+        <Sparkline
+          points={util}
+          t0={props.t0}
+          t1={props.t1}
+          yMax={100}
+          maxGap={props.maxGap}
+          label={`GPU ${g.index} utilisation ${window}`}
+          className="jp-gpu-util"
+        />
+      </div>
+      <div className="jp-gpu-chart">
+        <div className="jp-gpu-chart-label">
+          <span>Memory</span>
+          <Value gpu={g} field="memory_used_bytes">
+            {formatBytesOf(g.memory_used_bytes, total || null, units)}
+          </Value>
+        </div>
+        <Sparkline
+          points={mem}
+          t0={props.t0}
+          t1={props.t1}
+          yMax={total}
+          maxGap={props.maxGap}
+          label={`GPU ${g.index} memory used ${window}`}
+          className="jp-gpu-mem"
+        />
+      </div>
+      <dl className="jp-gpu-readings">
+        <Reading gpu={g} field="temperature_celsius" label="Temperature">
+          {formatCelsius(g.temperature_celsius)}
+        </Reading>
+        <Reading gpu={g} field="power_watts" label="Power">
+          {formatPower(g.power_watts, g.power_limit_watts ?? device?.power_limit_watts)}
+        </Reading>
+        <Reading gpu={g} field="clock_sm_mhz" label="SM clock">
+          {formatMHz(g.clock_sm_mhz)}
+        </Reading>
+        <Reading gpu={g} field="clock_mem_mhz" label="Memory clock">
+          {formatMHz(g.clock_mem_mhz)}
+        </Reading>
+        <Reading gpu={g} field="pcie_rx_bytes_per_second" label="PCIe rx">
+          {formatRate(g.pcie_rx_bytes_per_second, units)}
+        </Reading>
+        <Reading gpu={g} field="pcie_tx_bytes_per_second" label="PCIe tx">
+          {formatRate(g.pcie_tx_bytes_per_second, units)}
+        </Reading>
+        <Reading gpu={g} field="memory_reserved_bytes" label="Driver reserved">
+          {formatBytes(g.memory_reserved_bytes, units)}
+        </Reading>
+        <Reading gpu={g} field="utilization_memory_percent" label="Memory busy">
+          {formatPercent(g.utilization_memory_percent)}
+        </Reading>
+      </dl>
+    </section>
+  );
+}
+
+function Mig(props: { device: IDevice | undefined }): JSX.Element | null {
+  const d = props.device;
+  if (!d) {
+    return null;
+  }
+  if (!d.mig_mode) {
+    const why = d.unsupported?.mig_mode;
+    return why ? (
+      <span className="jp-gpu-badge jp-gpu-mig-off" title={why} data-field="mig">
+        MIG not supported
+      </span>
+    ) : null;
+  }
+  const { current, pending } = d.mig_mode;
+  if (!current && !pending) {
+    return null;
+  }
+  const label =
+    current === pending ? 'MIG' : pending ? 'MIG after reset' : 'MIG off after reset';
+  return (
+    <span
+      className="jp-gpu-badge jp-gpu-mig"
+      title="Multi-Instance GPU mode: whole-GPU utilisation is not reported in this mode."
+      data-field="mig"
+    >
+      {label}
+    </span>
+  );
+}
+
+/** A reading's value, or "not supported" with the reason as its tooltip. */
+function Value(props: {
+  gpu: IGpuSample;
+  field: keyof IGpuSample;
+  children: string;
+}): JSX.Element {
+  const why = props.gpu.unsupported?.[props.field as string];
+  if (props.gpu[props.field] === null && why) {
+    return (
+      <span className="jp-gpu-value jp-gpu-unsupported" title={why} data-field={props.field}>
+        not supported
+      </span>
+    );
+  }
+  return (
+    <span className="jp-gpu-value" data-field={props.field}>
+      {props.children}
+    </span>
+  );
+}
+
+function Reading(props: {
+  gpu: IGpuSample;
+  field: keyof IGpuSample;
+  label: string;
+  children: string;
+}): JSX.Element {
+  return (
+    <div className="jp-gpu-reading">
+      <dt>{props.label}</dt>
+      <dd>
+        <Value gpu={props.gpu} field={props.field}>
+          {props.children}
+        </Value>
+      </dd>
+    </div>
+  );
+}
+
+function Holders(props: {
+  model: GpuModel;
+  openPath: (path: string) => void;
+}): JSX.Element {
+  const m = props.model;
+  const units = m.settings.memoryUnits;
+  const h = holders(m.kernels, m.settings.gpus);
+  let body: JSX.Element;
+  if (m.kernels === null) {
+    body = <div className="jp-gpu-loading">Loading…</div>;
+  } else if (!m.kernels.available) {
+    body = <div className="jp-gpu-empty">{m.kernels.reason ?? 'Not available.'}</div>;
+  } else if (h.kernels.length === 0 && h.unattributed.length === 0) {
+    body = <div className="jp-gpu-empty">No process holds GPU memory.</div>;
+  } else {
+    body = (
+      <ul className="jp-gpu-holders-list">
+        {h.kernels.map(k => (
+          <KernelRow
+            key={k.id}
+            kernel={k}
+            units={units}
+            gpus={m.settings.gpus}
+            openPath={props.openPath}
+          />
+        ))}
+        {h.unattributed.map(u => (
+          <ProcessRow key={`${u.pid}-${u.uuid}`} proc={u} units={units} />
+        ))}
+      </ul>
+    );
+  }
+  return (
+    <section className="jp-gpu-holders">
+      <h3>Who holds GPU memory</h3>
+      {body}
+      {h.hidden > 0 && (
+        <div className="jp-gpu-hint" data-field="hidden">
+          {h.hidden} process{h.hidden === 1 ? '' : 'es'} of other users not shown.
+        </div>
+      )}
+    </section>
+  );
+}
+
+function KernelRow(props: {
+  kernel: IKernel;
+  units: MemoryUnits;
+  gpus: number[];
+  openPath: (path: string) => void;
+}): JSX.Element {
+  const k = props.kernel;
+  const label = kernelLabel(k);
+  const path = k.path;
+  return (
+    <li className="jp-gpu-holder jp-gpu-kernel" data-kernel-id={k.id}>
+      <div className="jp-gpu-holder-main">
+        {path ? (
+          <button
+            className="jp-gpu-link"
+            title={`Open ${path}`}
+            onClick={() => props.openPath(path)}
+          >
+            {label}
+          </button>
+        ) : (
+          <span className="jp-gpu-holder-name">{label}</span>
+        )}
+        <span className="jp-gpu-holder-state">{k.execution_state}</span>
+        <span className="jp-gpu-value" data-field="kernel-memory">
+          {formatBytes(kernelMemory(k, props.gpus), props.units)}
+        </span>
+      </div>
+      <div className="jp-gpu-holder-detail">
+        {k.gpu_memory.map(g => (
+          <span key={g.uuid} className="jp-gpu-chip">
+            GPU {g.gpu_index}: {formatBytes(g.used_memory_bytes, props.units)}
+          </span>
+        ))}
+        {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
+      </div>
+      {k.allocator && k.allocator.cuda_in_use && (
+        <div className="jp-gpu-allocator" data-field="allocator">
+          {k.allocator.devices.map(d => (
+            <div key={d.index} title="PyTorch caching allocator, as published by the kernel">
+              cuda:{d.index} allocated {formatBytes(d.allocated_bytes, props.units)} ·
+              cached {formatBytes(d.reserved_bytes, props.units)} ·{' '}
+              <span title="Free memory trapped in cached blocks that also hold live tensors (inactive split / reserved); empty_cache() cannot return it.">
+                fragmented {formatRatio(d.fragmentation)}
+              </span>
+            </div>
+          ))}
+          <div className="jp-gpu-hint">as of {formatAge(k.allocator.age_seconds)} ago</div>
+        </div>
+      )}
+    </li>
+  );
+}
+
+function ProcessRow(props: { proc: IUnattributed; units: MemoryUnits }): JSX.Element {
+  const p = props.proc;
+  return (
+    <li className="jp-gpu-holder jp-gpu-process" data-pid={p.pid}>
+      <div className="jp-gpu-holder-main">
+        <span className="jp-gpu-holder-name" title={p.command ?? undefined}>
+          pid {p.pid}
+          {p.command ? ` ${p.command.split(/\s+/)[0].split('/').pop()}` : ''}
+        </span>
+        {p.user && <span className="jp-gpu-holder-state">{p.user}</span>}
+        <span className="jp-gpu-value" data-field="process-memory">
+          {formatBytes(p.used_memory_bytes, props.units)}
+        </span>
+      </div>
+      <div className="jp-gpu-holder-detail">
+        <span className="jp-gpu-chip">GPU {p.gpu_index}</span>
+        <span className="jp-gpu-chip">not a kernel of this server</span>
+      </div>
+    </li>
+  );
+}

@@ -1,0 +1,60 @@
+/**
+ * Authenticated GET requests to the jupyter_gpu server extension.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** Path of the REST API below the server's base URL. */
+export const API_NAMESPACE = 'api/gpu';
+
+/**
+ * Thrown when the server answers 404 for our routes: the server extension is
+ * not installed or not enabled.
+ */
+export class ServerExtensionMissing extends Error {
+  constructor() {
+    super(
+      'The jupyter_gpu server extension is not enabled on this Jupyter server. ' +
+        'Run `jupyter server extension enable jupyter_gpu` and restart the server.'
+    );
+    this.name = 'ServerExtensionMissing';
+  }
+}
+
+/**
+ * GET `{baseUrl}api/gpu/{endpoint}` with the session's credentials and return
+ * the parsed JSON body.
+ */
+export async function requestAPI<T>(
+  endpoint: string,
+  settings: ServerConnection.ISettings,
+  query: { [key: string]: string | number | undefined } = {}
+): Promise<T> {
+  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, endpoint);
+  const params = Object.keys(query)
+    .filter(k => query[k] !== undefined)
+    .map(k => `${encodeURIComponent(k)}=${encodeURIComponent(String(query[k]))}`);
+  if (params.length) {
+    url += `?${params.join('&')}`;
+  }
+
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, { method: 'GET' }, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  if (response.status === 404) {
+    throw new ServerExtensionMissing();
+  }
+  if (!response.ok) {
+    let message: string | undefined;
+    try {
+      message = (await response.json()).message;
+    } catch {
+      // not JSON: keep the status text
+    }
+    throw new ServerConnection.ResponseError(response, message);
+  }
+  return (await response.json()) as T;
+}

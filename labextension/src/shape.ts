@@ -1,0 +1,254 @@
+/**
+ * Data shaping between the REST replies and what the views draw.
+ * Pure functions, no DOM, no JupyterLab imports: unit-tested in src/__tests__.
+ */
+import type {
+  IDevice,
+  IGpuSample,
+  IKernel,
+  IKernelsReply,
+  ISample,
+  IUnattributed
+} from './types';
+
+/**
+ * Merge newly fetched samples into the history kept by the browser: sorted by
+ * time, one sample per timestamp (the newer copy wins), and only samples within
+ * `windowSeconds` of the newest one.
+ */
+export function mergeHistory(
+  existing: ISample[],
+  incoming: ISample[],
+  windowSeconds: number
+): ISample[] {
+  const byTime = new Map<number, ISample>();
+  for (const s of existing) {
+    byTime.set(s.t, s);
+  }
+  for (const s of incoming) {
+    byTime.set(s.t, s);
+  }
+  const merged = Array.from(byTime.values()).sort((a, b) => a.t - b.t);
+  if (merged.length === 0) {
+    return merged;
+  }
+  const cutoff = merged[merged.length - 1].t - windowSeconds;
+  let first = 0;
+  while (first < merged.length && merged[first].t < cutoff) {
+    first++;
+  }
+  return first === 0 ? merged : merged.slice(first);
+}
+
+/** Keep the GPUs selected by index; an empty selection keeps all of them. */
+export function selectGpus<T extends { index: number }>(
+  items: T[],
+  indices: number[]
+): T[] {
+  if (!indices || indices.length === 0) {
+    return items;
+  }
+  const wanted = new Set(indices);
+  return items.filter(item => wanted.has(item.index));
+}
+
+/** Fraction of memory in use (0..1), or null when unknown. */
+export function memoryFraction(g: IGpuSample): number | null {
+  const used = g.memory_used_bytes;
+  const total = g.memory_total_bytes;
+  if (used === null || total === null || !(total > 0)) {
+    return null;
+  }
+  return used / total;
+}
+
+/**
+ * The busiest healthy GPU: highest utilisation, then highest memory fraction.
+ * GPUs whose utilisation is not supported (MIG) rank by memory alone. Returns
+ * null when no GPU is in state `ok`.
+ */
+export function busiestGpu(gpus: IGpuSample[]): IGpuSample | null {
+  let best: IGpuSample | null = null;
+  let bestKey: [number, number] = [-1, -1];
+  for (const g of gpus) {
+    if (g.state !== 'ok') {
+      continue;
+    }
+    const key: [number, number] = [
+      g.utilization_gpu_percent ?? -1,
+      memoryFraction(g) ?? -1
+    ];
+    if (
+      best === null ||
+      key[0] > bestKey[0] ||
+      (key[0] === bestKey[0] && key[1] > bestKey[1])
+    ) {
+      best = g;
+      bestKey = key;
+    }
+  }
+  return best;
+}
+
+export interface IPoint {
+  /** Unix time in seconds. */
+  t: number;
+  /** The reading, or null for a gap (not sampled, lost, or not supported). */
+  v: number | null;
+}
+
+/** Numeric fields of a GPU sample that can be charted. */
+export type SeriesField =
+  | 'utilization_gpu_percent'
+  | 'utilization_memory_percent'
+  | 'memory_used_bytes'
+  | 'memory_reserved_bytes'
+  | 'temperature_celsius'
+  | 'power_watts'
+  | 'clock_sm_mhz'
+  | 'pcie_rx_bytes_per_second'
+  | 'pcie_tx_bytes_per_second';
+
+/** One GPU's readings of one field over the history, matched by UUID. */
+export function series(
+  history: ISample[],
+  uuid: string,
+  field: SeriesField
+): IPoint[] {
+  const points: IPoint[] = [];
+  for (const sample of history) {
+    const g = sample.gpus.find(x => x.uuid === uuid);
+    const v = g && g.state === 'ok' ? g[field] : null;
+    points.push({ t: sample.t, v: typeof v === 'number' ? v : null });
+  }
+  return points;
+}
+
+/** The largest non-null value of a series, or null when it has none. */
+export function seriesMax(points: IPoint[]): number | null {
+  let max: number | null = null;
+  for (const p of points) {
+    if (p.v !== null && (max === null || p.v > max)) {
+      max = p.v;
+    }
+  }
+  return max;
+}
+
+export interface IChartFrame {
+  /** Time at the left and right edges (unix seconds). */
+  t0: number;
+  t1: number;
+  /** Value at the bottom and top edges. */
+  yMin: number;
+  yMax: number;
+  width: number;
+  height: number;
+}
+
+function round(x: number): number {
+  return Math.round(x * 100) / 100;
+}
+
+/**
+ * An SVG path (`M x y L x y ...`) through the points inside the frame. A null
+ * reading, or a gap in time longer than `maxGap` seconds, starts a new
+ * sub-path so that missing data is drawn as missing, not interpolated.
+ * Values are clamped to the frame.
+ */
+export function linePath(
+  points: IPoint[],
+  frame: IChartFrame,
+  maxGap = Infinity
+): string {
+  const { t0, t1, yMin, yMax, width, height } = frame;
+  const dt = t1 - t0 || 1;
+  const dy = yMax - yMin || 1;
+  const parts: string[] = [];
+  let penDown = false;
+  let lastT = -Infinity;
+  for (const p of points) {
+    if (p.t < t0 || p.t > t1) {
+      continue;
+    }
+    if (p.v === null || p.t - lastT > maxGap) {
+      penDown = false;
+    }
+    if (p.v === null) {
+      lastT = p.t;
+      continue;
+    }
+    const v = Math.min(yMax, Math.max(yMin, p.v));
+    const x = round(((p.t - t0) / dt) * width);
+    const y = round(height - ((v - yMin) / dy) * height);
+    parts.push(`${penDown ? 'L' : 'M'}${x} ${y}`);
+    penDown = true;
+    lastT = p.t;
+  }
+  return parts.join(' ');
+}
+
+/** The notebook (or file) name of a kernel, for display. */
+export function kernelLabel(kernel: IKernel): string {
+  if (kernel.path) {
+    const parts = kernel.path.split('/');
+    return parts[parts.length - 1] || kernel.path;
+  }
+  return `${kernel.name} kernel ${kernel.id.slice(0, 8)}`;
+}
+
+/** Total GPU memory a kernel's process tree holds, over the GPUs selected. */
+export function kernelMemory(kernel: IKernel, indices: number[] = []): number {
+  let total = 0;
+  for (const m of selectGpus(
+    kernel.gpu_memory.map(x => ({ ...x, index: x.gpu_index })),
+    indices
+  )) {
+    total += m.used_memory_bytes ?? 0;
+  }
+  return total;
+}
+
+export interface IHolders {
+  /** Kernels holding memory on a selected GPU (or publishing allocator figures), largest first. */
+  kernels: IKernel[];
+  /** Processes that belong to no kernel of this server, largest first. */
+  unattributed: IUnattributed[];
+  hidden: number;
+}
+
+/**
+ * Who holds GPU memory on the selected GPUs: kernels with GPU memory or with
+ * allocator figures, then unattributed processes, each sorted by memory.
+ */
+export function holders(
+  reply: IKernelsReply | null,
+  indices: number[] = []
+): IHolders {
+  if (!reply || !reply.available) {
+    return { kernels: [], unattributed: [], hidden: reply?.hidden_processes ?? 0 };
+  }
+  const kernels = reply.kernels
+    .filter(
+      k =>
+        kernelMemory(k, indices) > 0 ||
+        (k.allocator !== null && k.allocator.cuda_in_use)
+    )
+    .sort((a, b) => kernelMemory(b, indices) - kernelMemory(a, indices));
+  const unattributed = selectGpus(
+    reply.unattributed.map(u => ({ ...u, index: u.gpu_index })),
+    indices
+  ).sort((a, b) => (b.used_memory_bytes ?? 0) - (a.used_memory_bytes ?? 0));
+  return { kernels, unattributed, hidden: reply.hidden_processes };
+}
+
+/** The device record for a sampled GPU, matched by UUID then by index. */
+export function deviceFor(
+  devices: IDevice[],
+  g: { uuid: string; index: number }
+): IDevice | undefined {
+  return (
+    devices.find(d => d.uuid === g.uuid) ??
+    devices.find(d => d.index === g.index)
+  );
+}
