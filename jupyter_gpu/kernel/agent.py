@@ -12,7 +12,6 @@ user's code has imported torch and CUDA is initialised; until then ``cuda_in_use
 from __future__ import annotations
 
 import atexit
-import inspect
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from traitlets.config import Configurable
 
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
 from ..analysis.stats_file import VERSION, device_record, file_name
+from .torch_state import nvml_uuid, snapshot_segments, torch_in_use
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +61,13 @@ class KernelAgent(Configurable):
         self._snapshot: dict[int, SnapshotSummary] = {}
         self._snapshot_time: float | None = None
         self._next_snapshot = 0.0
-        self._take_snapshot: Callable[[Any], list[dict[str, Any]]] | None = None
         self._warned = False
 
     # -- what is published ---------------------------------------------------------------
 
     def figures(self) -> dict[str, Any]:
         """The file's content now; takes a snapshot when one is due."""
-        torch = _torch_in_use()
+        torch = torch_in_use()
         devices: list[dict[str, Any]] = []
         if torch is not None:
             now = time.monotonic()
@@ -90,17 +89,13 @@ class KernelAgent(Configurable):
         }
 
     def _uuid(self, torch: ModuleType, index: int) -> str | None:
-        """NVML spells UUIDs ``GPU-…``; torch leaves the prefix out. Safe once CUDA is initialised."""
         if index not in self._uuids:
-            try:
-                self._uuids[index] = f"GPU-{torch.cuda.get_device_properties(index).uuid}"
-            except (AttributeError, RuntimeError):
-                self._uuids[index] = None
+            self._uuids[index] = nvml_uuid(torch, index)
         return self._uuids[index]
 
     def _refresh_snapshot(self, torch: ModuleType, started: float) -> None:
         try:
-            segments = self._snapshot_segments(torch)
+            segments = snapshot_segments(torch)
         except Exception as error:  # e.g. pytorch#174044; the stats still get published
             self._warn("snapshot failed", error)
             self._next_snapshot = started + SNAPSHOT_RETRY
@@ -110,21 +105,6 @@ class KernelAgent(Configurable):
         devices = {segment.get("device", 0) for segment in segments}
         self._snapshot = {d: summarize_snapshot(segments, d) for d in devices}
         self._snapshot_time = self.clock()
-
-    def _snapshot_segments(self, torch: ModuleType) -> list[dict[str, Any]]:
-        """Segments without allocation history: history can make a snapshot take seconds.
-
-        ``memory_snapshot(include_traces=False)`` (torch >= 2.11) skips the trace entries;
-        older torch only has ``memory._snapshot()``, slow only when history is recorded,
-        which the duty-cycle limit above then stretches out.
-        """
-        if self._take_snapshot is None:
-            snapshot = torch.cuda.memory_snapshot
-            if "include_traces" in inspect.signature(snapshot).parameters:
-                self._take_snapshot = lambda t: t.cuda.memory_snapshot(include_traces=False)
-            else:
-                self._take_snapshot = lambda t: t.cuda.memory._snapshot()["segments"]
-        return self._take_snapshot(torch)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -181,18 +161,6 @@ class KernelAgent(Configurable):
         if not self._warned:
             log.warning("jupyter_gpu agent: %s: %s", what, error)
             self._warned = True
-
-
-def _torch_in_use() -> ModuleType | None:
-    """torch, if the user's code imported it and initialised CUDA; never imports anything."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
-        return None  # absent, or another thread is still importing it
-    cuda = getattr(torch, "cuda", None)
-    try:
-        return torch if cuda is not None and cuda.is_initialized() else None
-    except Exception:
-        return None
 
 
 def _has_used(stats: dict[str, Any]) -> bool:

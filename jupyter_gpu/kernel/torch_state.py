@@ -1,0 +1,43 @@
+"""Look at the user's torch without importing it or initialising CUDA (DESIGN decision 4).
+
+Everything here returns None until the user's own code has imported torch and initialised
+CUDA; only then do the calls that need an initialised CUDA state run.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from types import ModuleType
+from typing import Any
+
+
+def torch_in_use() -> ModuleType | None:
+    """torch, if the user's code imported it and initialised CUDA; never imports anything."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None  # absent, or another thread is still importing it
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return torch if cuda is not None and cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def nvml_uuid(torch: ModuleType, index: int) -> str | None:
+    """NVML spells UUIDs ``GPU-…``; torch leaves the prefix out. Only after CUDA init."""
+    try:
+        return f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def snapshot_segments(torch: ModuleType) -> list[dict[str, Any]]:
+    """Allocator segments of all devices, without allocation history.
+
+    With history recorded, trace entries can make a snapshot take seconds; torch >= 2.11 can
+    leave them out (``include_traces=False``). Older torch only has ``memory._snapshot()``.
+    """
+    snapshot = torch.cuda.memory_snapshot
+    if "include_traces" in inspect.signature(snapshot).parameters:
+        return snapshot(include_traces=False)
+    return torch.cuda.memory._snapshot()["segments"]
