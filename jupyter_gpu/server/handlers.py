@@ -10,7 +10,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from .telemetry import devices_payload, telemetry_payload
+from .telemetry import devices_payload, telemetry_json
 
 AUTH_RESOURCE = "gpu"
 
@@ -32,9 +32,9 @@ class GPUHandler(APIHandler):
                 400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}."
             )
 
-    def send(self, payload: dict[str, Any]) -> None:
+    def send(self, payload: dict[str, Any] | str) -> None:
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(payload))
+        self.finish(payload if isinstance(payload, str) else json.dumps(payload))
 
 
 class DevicesHandler(GPUHandler):
@@ -55,7 +55,7 @@ class TelemetryHandler(GPUHandler):
         since = self._since()
         sampler = self.monitor.sampler
         self.send(
-            telemetry_payload(
+            telemetry_json(
                 sampler.status,
                 sampler.latest(),
                 sampler.since(since),

@@ -6,6 +6,7 @@ delays a fast one. Neither ever runs on the tornado event loop.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -21,10 +22,21 @@ SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 
 @dataclass(frozen=True)
 class Sample:
-    """One reading of every GPU. ``gpus`` holds JSON-ready dicts, processes included."""
+    """One reading of every GPU. ``gpus`` holds JSON-ready dicts, processes included.
+
+    The JSON forms are encoded once here, on the sampler thread, so that serving ten minutes of
+    history to many clients costs the event loop a string join, not an encode per request.
+    """
 
     t: float
     gpus: tuple[dict[str, Any], ...]
+    json_full: str = ""
+    json_history: str = ""
+
+    @classmethod
+    def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> "Sample":
+        history = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in gpus]
+        return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
 
 
 @dataclass
@@ -164,7 +176,7 @@ class Sampler:
             return
         pids = {p["pid"] for gpu in gpus for p in gpu.get("processes") or ()}
         meta = table.lookup(pids)
-        sample = Sample(time.time(), tuple(gpus))
+        sample = Sample.encode(time.time(), tuple(gpus))
         with self._lock:
             self._history.append(sample)
             self._process_meta = meta

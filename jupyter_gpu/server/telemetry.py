@@ -1,19 +1,10 @@
 """Shape sampler state into the JSON the REST API serves (pure functions)."""
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from .sampler import Sample, Status
-
-
-def _gpu_without_processes(gpu: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in gpu.items() if key != "processes"}
-
-
-def sample_json(sample: Sample, *, processes: bool) -> dict[str, Any]:
-    """History samples leave out process lists: they change rarely and would dominate the size."""
-    gpus = sample.gpus if processes else tuple(_gpu_without_processes(g) for g in sample.gpus)
-    return {"t": sample.t, "gpus": list(gpus)}
 
 
 def header(status: Status, *, simulated: bool) -> dict[str, Any]:
@@ -29,7 +20,7 @@ def devices_payload(status: Status, *, simulated: bool) -> dict[str, Any]:
     }
 
 
-def telemetry_payload(
+def telemetry_json(
     status: Status,
     latest: Sample | None,
     history: Iterable[Sample],
@@ -37,11 +28,14 @@ def telemetry_payload(
     simulated: bool,
     interval: float,
     now: float,
-) -> dict[str, Any]:
-    return {
-        **header(status, simulated=simulated),
-        "interval": interval,
-        "now": now,
-        "latest": sample_json(latest, processes=True) if latest and status.available else None,
-        "history": [sample_json(s, processes=False) for s in history] if status.available else [],
-    }
+) -> str:
+    """The telemetry response body, assembled from the samples' pre-encoded JSON.
+
+    History samples leave out process lists: they change rarely and would dominate the size.
+    """
+    head = json.dumps({**header(status, simulated=simulated), "interval": interval, "now": now})
+    if not status.available:
+        return head[:-1] + ', "latest": null, "history": []}'
+    latest_json = latest.json_full if latest else "null"
+    history_json = ",".join(sample.json_history for sample in history)
+    return f'{head[:-1]}, "latest": {latest_json}, "history": [{history_json}]}}'

@@ -1,0 +1,230 @@
+"""Benchmark the GPU telemetry path: NVML sample cost, event-loop lag, request latency.
+
+    python benchmarks/telemetry.py [--duration 15] [--simulated]
+
+Prints three tables:
+1. cost of one sample per GPU, fast fields and slow (PCIe) fields, read through jupyter_gpu's
+   NvmlReader;
+2. for a real `jupyter server` with jupyter_gpu (1 Hz sampler) and 0 / 3 / 50 clients polling
+   `api/gpu/telemetry` once a second (the sidebar's default): latency of `GET api/status` at
+   20 Hz, the event loop's lag (p50/p99, from benchmarks/lagprobe.py), the latency of the
+   telemetry request itself, and the sampler's CPU use;
+3. the same probe against jupyterlab-nvdashboard's server extension (if installed) with 0, 1
+   and 3 of its `gpu_resource` websockets open at its frontend default of 100 ms.
+Without a GPU, pass --simulated to run against replayed H200 readings (labelled as such).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tornado.httpclient import AsyncHTTPClient
+from tornado.websocket import websocket_connect
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+READINGS = ROOT / "tests" / "fixtures" / "nvml_readings_2gpu.json"
+sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    print(f"\n{title}")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def sample_cost(simulated: bool) -> None:
+    from jupyter_gpu.nvml import NvmlReader, NvmlUnavailable
+
+    if simulated:
+        from jupyter_gpu.nvml.simulated import SimulatedNVML
+
+        reader = NvmlReader(SimulatedNVML.from_file(READINGS))
+    else:
+        reader = NvmlReader()
+    try:
+        count = reader.open()
+    except NvmlUnavailable as error:
+        print(f"no usable GPU: {error.reason}\n(pass --simulated to benchmark against replayed readings)")
+        sys.exit(1)
+    rows = []
+    for index in range(count):
+        name = reader.device_info(index)[0]["name"]
+        fast, slow = [], []
+        for _ in range(200):
+            t = time.perf_counter()
+            reader.fast(index)
+            fast.append(time.perf_counter() - t)
+        for _ in range(5):
+            t = time.perf_counter()
+            reader.slow(index)
+            slow.append(time.perf_counter() - t)
+        rows.append([
+            str(index), name,
+            f"{statistics.median(fast) * 1e6:.0f}", f"{pct(fast, 99) * 1e6:.0f}",
+            f"{statistics.median(slow) * 1e3:.1f}",
+        ])
+    reader.close()
+    label = " (SIMULATED readings)" if simulated else ""
+    table(f"1. One sample per GPU{label}", ["gpu", "name", "fast p50 µs", "fast p99 µs", "slow (PCIe rx+tx) ms"], rows)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real `jupyter server` subprocess with the lag probe and one GPU extension."""
+
+    def __init__(self, extension: str, simulated: bool) -> None:
+        self.token = secrets.token_hex(16)
+        self.port = free_port()
+        self.dir = tempfile.TemporaryDirectory()
+        exts = {"lagprobe": True, "jupyter_gpu": extension == "jupyter_gpu",
+                "jupyterlab_nvdashboard": extension == "nvdashboard"}
+        config = {"ServerApp": {"jpserver_extensions": exts},
+                  "GPUMonitor": {"interval": 1.0, "slow_interval": 5.0}}
+        if simulated:
+            config["GPUMonitor"].update(backend="simulated", simulated_readings=str(READINGS))
+        Path(self.dir.name, "jupyter_server_config.json").write_text(json.dumps(config))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               "JUPYTER_CONFIG_DIR": self.dir.name}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", f"--port={self.port}",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.dir.name}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.base = f"http://127.0.0.1:{self.port}/"
+        self.http = AsyncHTTPClient(max_clients=200)
+
+    async def get(self, path: str) -> tuple[float, bytes]:
+        t = time.perf_counter()
+        response = await self.http.fetch(self.base + path, headers={"Authorization": f"token {self.token}"})
+        return time.perf_counter() - t, response.body
+
+    async def wait_ready(self) -> None:
+        for _ in range(300):
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited:\n" + self.proc.stderr.read()[-3000:])
+            try:
+                await self.get("lagprobe")
+                return
+            except Exception:
+                await asyncio.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.dir.cleanup()
+
+
+async def poll_telemetry(server: Server, stop: asyncio.Event, latencies: list[float]) -> None:
+    since = None
+    await asyncio.sleep(secrets.randbelow(1000) / 1000)  # spread clients like real page loads
+    while not stop.is_set():
+        path = "api/gpu/telemetry" + (f"?since={since}" if since else "")
+        dt, body = await server.get(path)
+        latencies.append(dt)
+        since = json.loads(body)["now"]
+        await asyncio.sleep(1.0)
+
+
+async def nvdashboard_socket(server: Server, stop: asyncio.Event) -> None:
+    url = server.base.replace("http", "ws") + f"nvdashboard/gpu_resource?token={server.token}"
+    conn = await websocket_connect(url)
+    conn.write_message(json.dumps({"updateFrequency": 100, "isPaused": False}))
+    while not stop.is_set():
+        if await conn.read_message() is None:
+            break
+    conn.close()
+
+
+async def scenario(extension: str, clients: int, duration: float, simulated: bool) -> list[str]:
+    server = Server(extension, simulated)
+    try:
+        await server.wait_ready()
+        stop = asyncio.Event()
+        client_latency: list[float] = []
+        if extension == "jupyter_gpu":
+            tasks = [asyncio.create_task(poll_telemetry(server, stop, client_latency)) for _ in range(clients)]
+        else:
+            tasks = [asyncio.create_task(nvdashboard_socket(server, stop)) for _ in range(clients)]
+        await asyncio.sleep(2.0)  # warm up
+        _, before = await server.get("lagprobe")
+        before = json.loads(before)
+        client_latency.clear()
+        status: list[float] = []
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            dt, _ = await server.get("api/status")
+            status.append(dt)
+            await asyncio.sleep(0.05)
+        _, after = await server.get("lagprobe")
+        after = json.loads(after)
+        stop.set()
+        if tasks:
+            await asyncio.wait(tasks, timeout=3)
+        lags = after["lags"]
+        cpu = ""
+        if after["sampler_cpu_seconds"] is not None:
+            cpu = f"{100 * (after['sampler_cpu_seconds'] - before['sampler_cpu_seconds']) / (after['uptime'] - before['uptime']):.2f}"
+        clients_label = f"{clients} {'pollers' if extension == 'jupyter_gpu' else 'websockets'}"
+        return [
+            extension, clients_label,
+            f"{pct(status, 50) * 1e3:.1f}", f"{pct(status, 99) * 1e3:.1f}",
+            f"{pct(lags, 50) * 1e3:.2f}", f"{pct(lags, 99) * 1e3:.2f}",
+            f"{pct(client_latency, 50) * 1e3:.1f}" if client_latency else "",
+            f"{pct(client_latency, 99) * 1e3:.1f}" if client_latency else "",
+            cpu,
+        ]
+    finally:
+        server.stop()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per scenario")
+    parser.add_argument("--simulated", action="store_true", help="replay H200 readings instead of NVML")
+    args = parser.parse_args()
+    sample_cost(args.simulated)
+    header = ["server", "clients", "status p50 ms", "status p99 ms", "loop lag p50 ms", "loop lag p99 ms",
+              "telemetry p50 ms", "telemetry p99 ms", "sampler % of a core"]
+    rows = [await scenario("jupyter_gpu", n, args.duration, args.simulated) for n in (0, 3, 50)]
+    try:
+        import jupyterlab_nvdashboard  # noqa: F401
+    except ImportError:
+        rows.append(["nvdashboard", "not installed", "", "", "", "", "", "", ""])
+    else:
+        if not args.simulated:
+            rows += [await scenario("nvdashboard", n, args.duration, False) for n in (0, 1, 3)]
+    table("2. A real jupyter server under load (GET api/status at 20 Hz)", header, rows)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

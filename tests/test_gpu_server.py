@@ -1,0 +1,112 @@
+"""On a real GPU machine: the API agrees with nvidia-smi, and a kernel's CUDA memory is its own."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from test_server_api import get, wait_for
+from test_server_kernels import start_notebook_kernel
+
+pytestmark = pytest.mark.gpu
+MIB = 1024**2
+
+
+def nvidia_smi(query: str, kind: str = "gpu") -> list[list[str]]:
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(out)) if row]
+
+
+@pytest.fixture
+def gpu_monitor_config() -> dict:
+    return {"backend": "nvml", "interval": 0.2, "slow_interval": 1.0}
+
+
+async def _ready(jp_fetch):
+    body = await get(jp_fetch, "telemetry")
+    return body if body["available"] and body["latest"] else None
+
+
+async def test_devices_and_memory_agree_with_nvidia_smi(jp_fetch, gpu_monitor):
+    telemetry = await wait_for(lambda: _ready(jp_fetch), timeout=15)
+    devices = await get(jp_fetch, "devices")
+    smi = nvidia_smi("index,uuid,name,pci.bus_id,memory.total,memory.used,power.limit")
+    assert [d["uuid"] for d in devices["devices"]] == [row[1] for row in smi]
+    assert [d["name"] for d in devices["devices"]] == [row[2] for row in smi]
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.split()[0]
+    assert devices["driver_version"] == driver
+    for device, gpu, row in zip(devices["devices"], telemetry["latest"]["gpus"], smi):
+        total = float(row[4]) * MIB
+        assert device["memory_total_bytes"] == pytest.approx(total, rel=0.01)
+        assert device["pci_bus_id"].lower().endswith(row[3].lower()[-12:])
+        # nvidia-smi's memory.used is NVML's v2 `used` (without the driver reserve)
+        assert abs(gpu["memory_used_bytes"] - float(row[5]) * MIB) <= 0.01 * total
+        assert device["power_limit_watts"] == pytest.approx(float(row[6]), rel=0.01)
+        assert gpu["state"] == "ok" and gpu["temperature_celsius"] > 0 and gpu["power_watts"] > 0
+    print(json.dumps({"devices": devices, "latest": telemetry["latest"], "nvidia_smi": smi}, indent=1))
+
+
+CUDA_HOLD = "import torch; _x = torch.ones(256 * 1024 * 1024, device='cuda:0'); torch.cuda.synchronize(); print('held')"
+
+
+async def run_in_kernel(kernel, code: str) -> str:
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        msg_id = client.execute(code)
+        text = ""
+        while True:
+            msg = await client.get_iopub_msg(timeout=120)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                text += msg["content"]["text"]
+            if msg["msg_type"] == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return text
+    finally:
+        client.stop_channels()
+
+
+async def test_a_kernels_cuda_memory_is_attributed_to_its_notebook(jp_fetch, gpu_monitor):
+    await wait_for(lambda: _ready(jp_fetch), timeout=15)
+    kernel_id = await start_notebook_kernel(jp_fetch, "gpu/holder.ipynb")
+    kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
+    assert "held" in await run_in_kernel(kernel, CUDA_HOLD)
+    outsider = subprocess.Popen(
+        [sys.executable, "-c", CUDA_HOLD + "; import time; time.sleep(60)"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert outsider.stdout.readline().strip() == "held"
+
+        async def both_seen():
+            body = await get(jp_fetch, "kernels")
+            mine = next((k for k in body["kernels"] if k["id"] == kernel_id), None)
+            others = [r for r in body["unattributed"] if r["pid"] == outsider.pid]
+            return body if mine and mine["gpu_memory"] and others else None
+
+        body = await wait_for(both_seen, timeout=20)
+        mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
+        assert mine["path"] == "gpu/holder.ipynb"
+        apps = {int(r[0]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")}
+        row = mine["gpu_memory"][0]
+        assert row["pids"] == [kernel.provisioner.pid]
+        assert row["used_memory_bytes"] >= 1024 * MIB
+        assert row["used_memory_bytes"] == pytest.approx(apps[kernel.provisioner.pid], rel=0.01)
+        other = next(r for r in body["unattributed"] if r["pid"] == outsider.pid)
+        assert "torch.ones" in other["command"]
+        metrics = (await jp_fetch("metrics")).body.decode()
+        assert f'kernel_id="{kernel_id}"' in metrics and 'notebook_path="gpu/holder.ipynb"' in metrics
+        print(json.dumps({"kernels": body, "nvidia_smi_compute_apps": apps}, indent=1))
+    finally:
+        outsider.kill()
