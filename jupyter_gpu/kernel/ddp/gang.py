@@ -1,0 +1,326 @@
+"""The ranks of one launch or session on this node: rendezvous, processes, commands, teardown.
+
+Built on the public layers of ``torch.distributed.elastic`` rather than ``elastic_launch`` /
+``LocalElasticAgent``: the agent's ``run()`` blocks until the workers exit (no persistent
+workers), polls and tears down on its own schedule (the research measured 14 s until a failure
+reached the caller) and installs signal handlers for the whole run. Here:
+
+* ``rendezvous.get_rendezvous_handler`` does the c10d rendezvous (``localhost:0`` on one node, so
+  launches never share a port; a user endpoint, or a static one with ``--node-rank``, across
+  nodes) and yields the ``TCPStore`` the ranks bootstrap from, which also carries commands;
+* ``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
+  kernel), redirects their output to per-rank files and records error files;
+* this module polls the store and the processes every few milliseconds, so a failure is seen as
+  soon as the failing rank reports it, and tears the ranks down with a short timeout.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+from . import protocol
+from .args import WorkerOptions
+from .output import LogPump, tail
+from .protocol import Command, Reply
+
+SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
+_HANDLED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+_NOISY_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
+# Imported by the forkserver before it forks any rank: ranks then start in ~0.1 s instead of
+# re-importing torch. The forkserver is a fresh interpreter (not a fork of the kernel), so it
+# has never touched CUDA even when the kernel has.
+_FORKSERVER_PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch.distributed.elastic.multiprocessing",
+    "cloudpickle",
+    "jupyter_gpu.kernel.ddp.worker",
+]
+
+
+@contextlib.contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """Silence elastic's own log lines (it logs every failure and teardown; we report them)."""
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith(_NOISY_LOGGERS)]
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, saved):
+            lg.disabled = was
+
+
+@contextlib.contextmanager
+def kept_signal_handlers() -> Iterator[None]:
+    """``PContext.start`` installs handlers that raise ``SignalException``; keep the kernel's."""
+    if sys.platform == "win32":
+        yield
+        return
+    sigs = [getattr(signal, s) for s in _HANDLED_SIGNALS]
+    saved = [signal.getsignal(s) for s in sigs]
+    try:
+        yield
+    finally:
+        for sig, handler in zip(sigs, saved):
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+@dataclass
+class Death:
+    """A rank process that ended without reporting back (signal, exit, crash)."""
+
+    rank: int
+    pid: int
+    exitcode: int
+    signal_name: str | None
+    message: str
+    stderr_tail: list[str]
+
+    def describe(self) -> str:
+        if self.signal_name:
+            hint = " (out of memory?)" if self.signal_name == "SIGKILL" else ""
+            head = f"rank {self.rank} (pid {self.pid}) was killed by {self.signal_name}{hint}"
+        else:
+            head = f"rank {self.rank} (pid {self.pid}) exited with code {self.exitcode}"
+        return head
+
+
+@dataclass
+class Collected:
+    """What came back for one command, and why collecting stopped."""
+
+    replies: dict[int, Reply] = field(default_factory=dict)
+    death: Death | None = None
+    aborted: bool = False  # another node's kernel gave up on the run
+    expired: bool = False  # the deadline passed first
+
+    def failures(self) -> list[Reply]:
+        return [r for r in self.replies.values() if not r.ok]
+
+
+class Gang:
+    """The local ranks of one rendezvous run."""
+
+    def __init__(self, options: WorkerOptions, entrypoint: Callable[..., Any] | str,
+                 args: Callable[[str], tuple[Any, ...]]) -> None:
+        """``args(session_id)`` gives the entry point's arguments (the same for every rank)."""
+        self.options = options
+        self.session = uuid.uuid4().hex[:12]
+        self._entrypoint = entrypoint
+        self._args = args
+        self.ranks: list[int] = []
+        self.world_size = 0
+        self.log_dir = ""
+        self.pump: LogPump | None = None
+        self._handler: Any = None
+        self._pcontext: Any = None
+        self._store: Any = None
+        self._shared: Any = None
+        self._next_seq = 1
+        self._stderr: dict[int, str] = {}
+        self.closed = False  # the processes are gone (or being torn down)
+        self.exited_cleanly = False
+
+    # ----------------------------------------------------------------- start
+    def start(self, preset: list[Command] = ()) -> None:
+        """Rendezvous, then start the ranks; ``preset`` commands are queued before they run."""
+        import torch.distributed as dist
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+        opts = self.options
+        if opts.node_rank is not None:
+            params = RendezvousParameters("static", opts.rdzv_endpoint or "", "jupyter_gpu",
+                                          opts.nnodes, opts.nnodes, rank=opts.node_rank)
+        else:
+            params = RendezvousParameters(
+                "c10d", opts.rdzv_endpoint or "localhost:0",
+                "jupyter_gpu" if opts.rdzv_endpoint else uuid.uuid4().hex, opts.nnodes, opts.nnodes)
+        with quiet_torch_logs():
+            self._handler = get_rendezvous_handler(params)
+            info = self._handler.next_rendezvous()
+        boot = info.bootstrap_store_info
+        n = opts.nproc
+        self.ranks = [info.rank * n + i for i in range(n)]
+        self.world_size = info.world_size * n
+        tcp = dist.TCPStore(boot.master_addr, boot.master_port, is_master=False,
+                            timeout=timedelta(seconds=60))
+        self._shared = dist.PrefixStore(f"{protocol.KEY_PREFIX}/", tcp)
+        self._store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{self.session}/", tcp)
+        for cmd in preset:
+            self.send(cmd)
+
+        envs = {i: self._env(i, info, boot) for i in range(n)}
+        self.log_dir = tempfile.mkdtemp(prefix="jupyter_gpu_ddp_")
+        if opts.start_method == "forkserver" and not isinstance(self._entrypoint, str):
+            multiprocessing.get_context("forkserver").set_forkserver_preload(_FORKSERVER_PRELOAD)
+        with quiet_torch_logs(), kept_signal_handlers():
+            self._pcontext = start_processes(
+                name="ddp",
+                entrypoint=self._entrypoint,
+                args={i: self._args(self.session) for i in range(n)},
+                envs=envs,
+                logs_specs=DefaultLogsSpecs(log_dir=self.log_dir, redirects=Std.ALL, tee=Std.NONE),
+                start_method=opts.start_method,
+            )
+        self._stderr = {self.ranks[i]: self._pcontext.stderrs[i] for i in range(n)}
+        self.pump = LogPump({self.ranks[i]: (self._pcontext.stdouts[i], self._pcontext.stderrs[i])
+                             for i in range(n)})
+        self.pump.start()
+
+    def _env(self, local_rank: int, info: Any, boot: Any) -> dict[str, str]:
+        opts = self.options
+        env = dict(os.environ)  # %env changes must reach ranks started by an older forkserver
+        env.update({
+            "RANK": str(self.ranks[local_rank]),
+            "LOCAL_RANK": str(local_rank),
+            "GROUP_RANK": str(info.rank),
+            "ROLE_RANK": str(self.ranks[local_rank]),
+            "ROLE_NAME": "default",
+            "LOCAL_WORLD_SIZE": str(opts.nproc),
+            "WORLD_SIZE": str(self.world_size),
+            "GROUP_WORLD_SIZE": str(info.world_size),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "MASTER_ADDR": boot.master_addr,
+            "MASTER_PORT": str(boot.master_port),
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
+            "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+            "JUPYTER_GPU_KERNEL_PID": str(os.getpid()),
+        })
+        if "OMP_NUM_THREADS" not in os.environ and opts.nproc > 1:
+            env["OMP_NUM_THREADS"] = "1"  # what torchrun does, so throughput matches it
+        if opts.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in opts.gpus)
+        return env
+
+    # -------------------------------------------------------------- commands
+    def send(self, cmd: Command) -> int:
+        """Queue ``cmd`` for every rank; returns its sequence number."""
+        seq = self._next_seq
+        self._next_seq += 1
+        self._store.set(protocol.cmd_key(seq), pickle.dumps(cmd))
+        return seq
+
+    def collect(self, seq: int, deadline: float | None = None, stop_on_error: bool = True,
+                got: Collected | None = None) -> Collected:
+        """Wait for the replies to ``seq`` while watching the processes.
+
+        Fills ``got`` in place, so a caller that catches KeyboardInterrupt keeps what arrived.
+        """
+        got = got if got is not None else Collected()
+        delay = 0.0005
+        next_check = 0.0
+        while len(got.replies) < len(self.ranks):
+            self._read_events(seq, got)
+            if len(got.replies) == len(self.ranks) or (stop_on_error and got.failures()):
+                break
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + 0.05
+                got.death = self.poll_death()
+                if self.closed:
+                    self._read_events(seq, got)  # it may have reported just before dying
+                    break
+                if self._shared.check([protocol.ABORT_KEY]):
+                    got.aborted = True
+                    break
+            if deadline is not None and now >= deadline:
+                got.expired = True
+                break
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.02)
+        return got
+
+    def _read_events(self, seq: int, got: Collected) -> None:
+        """Take the replies announced so far, in the order the ranks sent them."""
+        while self._store.check([protocol.event_key(seq, len(got.replies) + 1)]):
+            rank = int(self._store.get(protocol.event_key(seq, len(got.replies) + 1)))
+            got.replies[rank] = pickle.loads(self._store.get(protocol.reply_key(seq, rank)))
+
+    def forget(self, seq: int) -> None:
+        """Drop a finished command's keys so a long session does not grow the store."""
+        keys = [protocol.cmd_key(seq), protocol.count_key(seq)]
+        keys += [protocol.reply_key(seq, r) for r in self.ranks]
+        keys += [protocol.event_key(seq, k) for k in range(1, len(self.ranks) + 1)]
+        for key in keys:
+            self._store.delete_key(key)
+
+    # ------------------------------------------------------------ processes
+    def pids(self) -> dict[int, int]:
+        """Global rank -> pid of the local ranks."""
+        return {self.ranks[i]: pid for i, pid in self._pcontext.pids().items()}
+
+    def poll_death(self) -> Death | None:
+        """The rank whose failure ended the processes, or None (running, or all exited with 0)."""
+        with quiet_torch_logs():
+            result = self._pcontext.wait(0)
+        if result is None:
+            return None
+        self.closed = True
+        if not result.failures:
+            self.exited_cleanly = True
+            return None
+        # The first failure that is not a teardown signal of ours is the cause.
+        failures = sorted(result.failures.values(),
+                          key=lambda f: (f.exitcode == -signal.SIGTERM, f.timestamp))
+        first = failures[0]
+        rank = self.ranks[first.local_rank]
+        sig = first.signal_name() if first.exitcode < 0 else None
+        message = ""  # elastic's error file: written by record() for Python errors only
+        if isinstance(first.message, dict):
+            message = first.message.get("extraInfo", {}).get("py_callstack", "")
+        return Death(rank, first.pid, first.exitcode, sig if sig != "<N/A>" else None,
+                     message, tail(self._stderr.get(rank, "")))
+
+    def interrupt(self, ranks: list[int]) -> None:
+        """SIGINT to the given ranks: a running cell raises KeyboardInterrupt, an idle rank ignores it."""
+        for rank, pid in self.pids().items():
+            if rank in ranks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+
+    def abort_others(self) -> None:
+        """Tell other nodes' kernels (multi-node) that this node's ranks are gone."""
+        if self.options.nnodes > 1 and self._shared is not None:
+            with contextlib.suppress(Exception):
+                self._shared.set(protocol.ABORT_KEY, b"1")
+
+    def stop(self, clean: bool, timeout: float = 5.0) -> None:
+        """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL."""
+        if self._pcontext is None:
+            return
+        with quiet_torch_logs():
+            if clean and not self.closed:
+                self.send(Command("stop"))
+                self._pcontext.wait(timeout=timeout, period=0.02)
+            self._pcontext.close(signal.SIGTERM, timeout=SHUTDOWN_TIMEOUT)
+        self.closed = True
+        if self.pump is not None:
+            self.pump.stop()
+        if self._handler is not None:
+            with contextlib.suppress(Exception), quiet_torch_logs():
+                self._handler.shutdown()
+            self._handler = None
+
+    def remove_logs(self) -> None:
+        shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -1,0 +1,118 @@
+"""One-shot ``%%ddp_launch`` (a cell on N fresh ranks) and its line form (a script, like torchrun)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Mapping
+
+from IPython.core.error import UsageError
+
+from . import report
+from .args import CellOptions, WorkerOptions
+from .errors import DDPError
+from .gang import Collected, Gang
+from .output import CellStreams
+from .protocol import Command, WorkerConfig
+
+
+def pack(user_ns: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, bytes]:
+    """cloudpickle each pushed object on its own, so an error names the one that failed."""
+    import cloudpickle
+
+    objects = {}
+    for name in names:
+        if name not in user_ns:
+            raise UsageError(f"--push {name}: name {name!r} is not defined in the notebook")
+        try:
+            objects[name] = cloudpickle.dumps(user_ns[name])
+        except Exception as exc:
+            msg = f"cannot send {name!r} to the ranks: {type(exc).__name__}: {exc}"
+            raise DDPError(msg, [msg + "\n", "Create it inside the cell, or push what it is made from.\n"]) from None
+    return objects
+
+
+def check_syntax(source: str, line_offset: int) -> None:
+    """Fail before any rank starts when the cell cannot compile (numbers as in the cell)."""
+    compile("\n" * line_offset + source, "<ddp-cell>", "exec", dont_inherit=True)
+
+
+def cell_gang(options: WorkerOptions) -> Gang:
+    from . import worker
+
+    def args(session: str) -> tuple[Any, ...]:
+        return (WorkerConfig(session, os.getpid(), options.backend, options.amp,
+                             list(sys.path), os.getcwd()),)
+
+    return Gang(options, worker.main, args)
+
+
+def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: dict[str, bytes],
+             label: str) -> dict[int, Any]:
+    """Run ``source`` on fresh ranks; return rank -> value of ``cell.return_name``."""
+    import cloudpickle
+
+    check_syntax(source, 1)
+    target = CellStreams()
+    deadline = time.monotonic() + cell.timeout if cell.timeout else None
+    gang = cell_gang(options)
+    command = Command("cell", source=source, line_offset=1, objects=objects,
+                      return_name=cell.return_name)
+    try:
+        gang.start(preset=[command])  # queued before the ranks exist: no extra round trip
+        assert gang.pump is not None
+        gang.pump.set_target(target, cell.output)
+        for seq in (0, 1):  # 0: process group up (or not); 1: the cell
+            got = gang.collect(seq, deadline)
+            if report.incomplete(got, len(gang.ranks)):
+                gang.abort_others()
+                gang.stop(clean=False)
+                raise report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
+        gang.stop(clean=True)
+        gang.remove_logs()
+        return {r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None
+                for r in gang.ranks}
+    except KeyboardInterrupt:
+        gang.abort_others()
+        gang.stop(clean=False)
+        raise report.interrupted(gang.ranks) from None
+    finally:
+        if not gang.closed:
+            gang.stop(clean=False)
+
+
+def run_script(options: WorkerOptions, script: str, script_args: list[str],
+               output: tuple[int, ...] | None, timeout: float | None) -> None:
+    """Run ``python script args`` on every rank with torchrun's environment."""
+    if not os.path.isfile(script):
+        raise UsageError(f"no such script: {script}")
+    target = CellStreams()
+    kernel_pid = str(os.getpid())
+    gang = Gang(options, sys.executable,
+                lambda session: ("-u", "-m", "jupyter_gpu.kernel.ddp.script", kernel_pid,
+                                 script, *script_args))
+    deadline = time.monotonic() + timeout if timeout else None
+    try:
+        gang.start()
+        assert gang.pump is not None
+        gang.pump.set_target(target, output)
+        while True:
+            death = gang.poll_death()
+            if death is not None:
+                gang.stop(clean=False)
+                raise report.error_for(Collected(death=death), gang.ranks, "", "", None,
+                                       stopped=False)
+            if gang.exited_cleanly:
+                gang.stop(clean=False)
+                gang.remove_logs()
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                gang.stop(clean=False)
+                raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout)
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        gang.stop(clean=False)
+        raise report.interrupted(gang.ranks) from None
+    finally:
+        if not gang.closed:
+            gang.stop(clean=False)

@@ -1,0 +1,67 @@
+"""Make a rank die with the kernel that started it, even when the kernel is SIGKILLed.
+
+Two independent guards: ``PR_SET_PDEATHSIG`` (Linux; fires when the *parent* dies, which is the
+forkserver for forkserver-started ranks, and the forkserver exits when the kernel does) and a
+daemon thread blocked on a pidfd of the kernel (falls back to polling where pidfds do not exist).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(70)
+    except (AttributeError, OSError):
+        while _alive(pid):
+            time.sleep(0.5)
+    else:
+        select.select([fd], [], [])  # readable once the kernel has exited
+    os._exit(70)
+
+
+def bind_to_kernel(kernel_pid: int) -> None:
+    """Exit this process as soon as ``kernel_pid`` is gone."""
+    _set_parent_death_signal()
+    threading.Thread(target=_watch, args=(kernel_pid,), name="ddp-lifeline", daemon=True).start()
+
+
+def detach_from_terminal_signals() -> None:
+    """Leave the kernel's process group, so a Jupyter interrupt reaches only the kernel.
+
+    The magic decides what an interrupt means for the ranks (stop, or interrupt the cell).
+    """
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a session leader

@@ -1,0 +1,176 @@
+"""The ddp magics. Importing this module imports no torch; the magics import it when they run."""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from . import args
+from .args import cell_arguments, worker_arguments
+
+
+@magics_class
+class DDPMagics(Magics):
+    """Run notebook cells on N ranks with torch.distributed, once or in persistent workers."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        super().__init__(shell)
+        self.session: Any = None  # session.Session, imported lazily
+
+    def _label(self) -> str:
+        return f"In[{self.shell.execution_count}]"
+
+    @magic_arguments()
+    @worker_arguments
+    @cell_arguments
+    @argument("script", nargs="?", help="line form: a Python script run on every rank, like torchrun")
+    @argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
+    @no_var_expand
+    @line_cell_magic
+    def ddp_launch(self, line: str, cell: str | None = None) -> None:
+        """Run the cell on N new ranks, torch.distributed initialised; or run a script like torchrun.
+
+        In the cell, RANK, LOCAL_RANK, WORLD_SIZE, device (the rank's GPU, or CPU), torch and dist
+        are defined; the process group uses nccl with a GPU per rank, else gloo. Ranks are
+        started from a clean forkserver (never a fork of the kernel), so this works after the
+        kernel has used CUDA. Notebook objects travel with --push a,b (cloudpickle). Every
+        rank's value of --return (default _result) comes back as the dict _ddp (rank -> value,
+        tensors on CPU). Rank 0's output is shown live (--output all: every rank, prefixed).
+        A failing rank stops the others and its traceback is shown with this cell's line
+        numbers; interrupting the kernel stops all ranks.
+
+        Line form: %ddp_launch -n 2 train.py --epochs 3
+        """
+        ns = args.parse(self.ddp_launch, line)
+        options = args.worker_options(ns)
+        world = options.nproc * options.nnodes
+        if cell is None:
+            if not ns.script:
+                raise UsageError("%ddp_launch needs a script (line form) or a cell (%%ddp_launch)")
+            if ns.push or ns.return_name:
+                raise UsageError("--push and --return apply to cells, not to scripts")
+            from .launch import run_script
+
+            output = args.cell_options(ns, world, None).output
+            run_script(options, ns.script, ns.script_args, output, ns.timeout)
+            return
+        if ns.script:
+            raise UsageError(f"%%ddp_launch runs the cell; unexpected argument {ns.script!r}")
+        cell_opts = args.cell_options(ns, world, "_result")
+        from .launch import pack, run_cell
+
+        objects = pack(self.shell.user_ns, cell_opts.push)
+        self.shell.user_ns["_ddp"] = run_cell(options, cell_opts, cell, objects, self._label())
+
+    @magic_arguments()
+    @worker_arguments
+    @line_magic
+    def ddp_start(self, line: str) -> None:
+        """Start persistent ranks; then %%ddp cells run on all of them and keep their variables.
+
+        Takes the worker options of %%ddp_launch. Stop them with %ddp_stop; %ddp_restart
+        replaces them with fresh ones (after a stuck or interrupted collective, for instance).
+        """
+        options = args.worker_options(args.parse(self.ddp_start, line))
+        if self.session is not None and self.session.alive:
+            raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
+        from .session import Session
+
+        started = time.perf_counter()
+        session = Session(options)
+        session.start()
+        self.session = session
+        info = session.info[min(session.info)]
+        print(f"{len(session.info)} ranks ready ({info['backend']} on {info['device'].split(':')[0]}) "
+              f"in {time.perf_counter() - started:.1f} s")
+
+    @magic_arguments()
+    @cell_arguments
+    @no_var_expand
+    @cell_magic
+    def ddp(self, line: str, cell: str) -> None:
+        """Run the cell on the persistent ranks of %ddp_start, in their kept namespace.
+
+        --return NAME sets _ddp to rank -> value; --timeout S interrupts the ranks after S
+        seconds, as a kernel interrupt does.
+        """
+        ns = args.parse(self.ddp, line)
+        session = self._session()
+        cell_opts = args.cell_options(ns, session.gang.world_size if session.gang else 0, None)
+        from .launch import pack
+
+        objects = pack(self.shell.user_ns, cell_opts.push)
+        result = session.run_cell(cell, cell_opts, objects, self._label())
+        if result is not None:
+            self.shell.user_ns["_ddp"] = result
+
+    @line_magic
+    def ddp_push(self, line: str) -> None:
+        """%ddp_push a b: send notebook objects (cloudpickle) to every persistent rank."""
+        names = args.names(line, "%ddp_push")
+        session = self._session()
+        from .launch import pack
+
+        session.push(pack(self.shell.user_ns, names))
+
+    @line_magic
+    def ddp_pull(self, line: str) -> dict[Any, Any]:
+        """%ddp_pull x: rank -> value of x on the persistent ranks; several names: name -> (rank -> value)."""
+        names = args.names(line, "%ddp_pull")
+        values = self._session().pull(names)
+        if len(names) == 1:
+            return {rank: got[names[0]] for rank, got in values.items()}
+        return {name: {rank: got[name] for rank, got in values.items()} for name in names}
+
+    @line_magic
+    def ddp_status(self, line: str) -> None:
+        """Show the persistent ranks: pids, devices, cells run, where their logs are."""
+        print(self.session.status() if self.session is not None else
+              "No DDP session; start one with %ddp_start -n N")
+
+    @line_magic
+    def ddp_stop(self, line: str) -> None:
+        """Stop the persistent ranks."""
+        if self.session is None:
+            print("No DDP session to stop")
+            return
+        self.session.stop()
+        self.session = None
+
+    @line_magic
+    def ddp_restart(self, line: str) -> None:
+        """Replace the persistent ranks with fresh ones (same options; their variables are lost)."""
+        if self.session is None:
+            raise UsageError("no DDP session to restart: %ddp_start -n N")
+        self.session.restart()
+        print(f"{len(self.session.info)} ranks ready")
+
+    def _session(self) -> Any:
+        if self.session is None:
+            raise UsageError("no DDP session: start one with %ddp_start -n N")
+        return self.session
+
+    def close(self) -> None:
+        """Stop persistent ranks (on %unload_ext)."""
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+
+
+def register(ipython: InteractiveShell) -> Callable[[], None]:
+    """Add the ddp magics to ``ipython``; the returned function removes them and stops ranks."""
+    from ..extension import unregister_magics
+
+    magics = DDPMagics(ipython)
+    ipython.register_magics(magics)
+
+    def undo() -> None:
+        magics.close()
+        unregister_magics(ipython, magics)
+
+    return undo

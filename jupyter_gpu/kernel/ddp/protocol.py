@@ -1,0 +1,69 @@
+"""What the kernel and the ranks say to each other over the c10d ``TCPStore``.
+
+The store is the one the c10d rendezvous already created (the ranks' ``MASTER_ADDR:MASTER_PORT``),
+so there is no extra server or socket protocol: the kernel ``set``s ``cmd/<seq>``; every rank
+``wait``s for it, runs it, ``set``s ``reply/<seq>/<rank>`` and announces itself under
+``event/<seq>/<k>`` (``k`` from ``add``), so the kernel learns of the *first* reply, typically
+a failure, without waiting for all of them. Envelopes are plain pickles of these dataclasses;
+notebook objects inside them are cloudpickled separately so one bad object can be named.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import RemoteError
+
+CommandKind = Literal["init", "cell", "push", "pull", "stop"]
+
+# Session keys live under this prefix of the rendezvous store, then the session id.
+KEY_PREFIX = "jupyter_gpu/ddp"
+ABORT_KEY = "abort"  # set by any node's kernel when its ranks fail: other nodes stop theirs
+
+
+def cmd_key(seq: int) -> str:
+    return f"cmd/{seq}"
+
+
+def reply_key(seq: int, rank: int) -> str:
+    return f"reply/{seq}/{rank}"
+
+
+def count_key(seq: int) -> str:
+    return f"replies/{seq}"
+
+
+def event_key(seq: int, k: int) -> str:
+    return f"event/{seq}/{k}"
+
+
+@dataclass
+class WorkerConfig:
+    """Passed to every rank's entry point at start (pickled by the process launcher)."""
+
+    session: str
+    kernel_pid: int
+    backend: str
+    amp: str | None
+    sys_path: list[str]
+    cwd: str
+
+
+@dataclass
+class Command:
+    kind: CommandKind
+    source: str = ""
+    line_offset: int = 0
+    objects: dict[str, bytes] = field(default_factory=dict)  # name -> cloudpickle
+    return_name: str | None = None
+    names: tuple[str, ...] = ()
+
+
+@dataclass
+class Reply:
+    rank: int
+    ok: bool
+    value: bytes | None = None  # cloudpickle of the returned / pulled value
+    error: RemoteError | None = None
+    interrupted: bool = False
+    info: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,203 @@
+"""Persistent ranks (``%ddp_start`` … ``%%ddp`` … ``%ddp_stop``): start-up paid once, state kept.
+
+Interrupts and failures must leave the session in a known state. A rank that raises or is
+interrupted reports back and stays alive with its namespace. A rank that does not report back
+within a grace period is most likely blocked inside a collective (waiting for a peer that will
+never join), where no Python signal handler can run: then all ranks are stopped and the session
+waits for ``%ddp_restart``, because a process group with a half-finished collective cannot be
+trusted (NCCL state in particular).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import report
+from .args import CellOptions, WorkerOptions
+from .errors import DDPError, DDPInterrupted
+from .gang import Collected, Gang
+from .launch import cell_gang, check_syntax
+from .output import CellStreams
+from .protocol import Command, Reply
+
+FINISH_GRACE = 1.0  # seconds the other ranks get to finish after one failed
+INTERRUPT_GRACE = 1.5  # seconds a rank gets to obey SIGINT before all ranks are stopped
+
+
+class Session:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.gang: Gang | None = None
+        self.info: dict[int, dict[str, Any]] = {}
+        self.cells = 0
+        self.down_reason: str | None = None  # why the ranks are gone, while the session exists
+
+    @property
+    def alive(self) -> bool:
+        return self.gang is not None and not self.gang.closed
+
+    def start(self) -> None:
+        gang = cell_gang(self.options)
+        try:
+            gang.start()
+            assert gang.pump is not None
+            gang.pump.set_target(CellStreams(), (0,))
+            got = gang.collect(0)
+        except KeyboardInterrupt:
+            gang.stop(clean=False)
+            raise report.interrupted(gang.ranks) from None
+        if report.incomplete(got, len(gang.ranks)):
+            gang.stop(clean=False)
+            raise report.error_for(got, gang.ranks, "", "", None)
+        gang.pump.drain()
+        self.gang = gang
+        self.info = {r: reply.info for r, reply in got.replies.items()}
+        self.down_reason = None
+
+    def stop(self) -> None:
+        if self.gang is not None:
+            self.gang.stop(clean=self.alive, timeout=INTERRUPT_GRACE)
+            self.gang.remove_logs()
+            self.gang = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def run(self, command: Command, cell: CellOptions, cell_source: str = "",
+            label: str = "") -> dict[int, Reply]:
+        """Send ``command`` to every rank and return their replies, or raise what went wrong."""
+        gang = self._running()
+        assert gang.pump is not None
+        gang.pump.set_target(CellStreams(), cell.output)
+        seq = gang.send(command)
+        deadline = time.monotonic() + cell.timeout if cell.timeout else None
+        got = Collected()
+        interrupted = False
+        try:
+            gang.collect(seq, deadline, got=got)
+        except KeyboardInterrupt:
+            interrupted = True
+        if not interrupted and not report.incomplete(got, len(gang.ranks)):
+            gang.pump.drain()
+            gang.forget(seq)
+            self.cells += command.kind == "cell"
+            return got.replies
+        stuck = self._settle(gang, seq, got, interrupted)
+        gang.pump.drain()
+        if gang.closed:
+            gang.abort_others()
+            gang.stop(clean=False)
+            self.down_reason = self._down_reason(got, stuck)
+        else:
+            gang.forget(seq)
+        raise self._error(got, gang, stuck, interrupted, cell, cell_source, label)
+
+    def _settle(self, gang: Gang, seq: int, got: Collected, interrupted: bool) -> list[int]:
+        """After a failure or interrupt, bring every rank back to idle or stop them all.
+
+        Returns the ranks that had to be stopped because they did not respond.
+        """
+        if gang.closed or got.aborted:
+            return []
+        running = [r for r in gang.ranks if r not in got.replies]
+        if running and not interrupted and not got.expired:
+            self._collect_quietly(gang, seq, got, FINISH_GRACE)  # peers of a failed rank may still finish
+            running = [r for r in gang.ranks if r not in got.replies]
+        if running and not gang.closed:
+            gang.interrupt(running)
+            self._collect_quietly(gang, seq, got, INTERRUPT_GRACE)
+            running = [r for r in gang.ranks if r not in got.replies]
+        if running and not gang.closed:
+            gang.stop(clean=False)
+            return running
+        return []
+
+    @staticmethod
+    def _collect_quietly(gang: Gang, seq: int, got: Collected, seconds: float) -> None:
+        try:
+            gang.collect(seq, time.monotonic() + seconds, stop_on_error=False, got=got)
+        except KeyboardInterrupt:
+            pass  # a second interrupt while settling: settling is already bounded
+        got.expired = False
+
+    @staticmethod
+    def _down_reason(got: Collected, stuck: list[int]) -> str:
+        if stuck:
+            return (f"{report.ranks_text(stuck)} did not respond (blocked in a collective?), "
+                    "so all ranks were stopped")
+        if got.death is not None:
+            return got.death.describe() + "; the other ranks were stopped"
+        if got.aborted:
+            return "the ranks of another node failed; this node's ranks were stopped"
+        return "the ranks exited"
+
+    def _error(self, got: Collected, gang: Gang, stuck: list[int], interrupted: bool,
+               cell: CellOptions, cell_source: str, label: str) -> DDPError:
+        restart = ("\nThe ranks are gone (their variables too): %ddp_restart starts fresh ones.\n"
+                   if gang.closed else "")
+        real = [r for r in got.failures() if not r.interrupted]
+        if real or got.death is not None or got.aborted:
+            err = report.error_for(got, gang.ranks, cell_source, label, cell.timeout, stopped=False)
+            if stuck:
+                err.lines.append(f"\n{self.down_reason}\n")
+            err.lines.append(restart)
+            return err
+        what = "interrupted" if interrupted else f"timed out after {cell.timeout:g} s"
+        lines = [f"KeyboardInterrupt: {what}\n"]
+        for reply in got.failures():
+            frames = reply.error.frames if reply.error else []
+            where = f" at line {frames[-1].lineno}" if frames else ""
+            lines.append(f"rank {reply.rank} stopped{where}\n")
+        if stuck:
+            lines.append(f"{self.down_reason}\n")
+        elif not gang.closed:
+            lines.append("The ranks kept their variables. If one was inside a collective, the "
+                         "process group may hang from now on: %ddp_restart.\n")
+        return DDPInterrupted(what, lines + [restart])
+
+    def _running(self) -> Gang:
+        if self.gang is None or self.gang.closed:
+            reason = self.down_reason or "the ranks were stopped"
+            raise DDPError(f"no running ranks: {reason}",
+                           [f"No running ranks: {reason}.\n", "Run %ddp_restart to start fresh ones.\n"])
+        return self.gang
+
+    def push(self, objects: dict[str, bytes]) -> None:
+        self.run(Command("push", objects=objects), CellOptions())
+
+    def pull(self, names: tuple[str, ...]) -> dict[int, dict[str, Any]]:
+        import cloudpickle
+
+        replies = self.run(Command("pull", names=names), CellOptions())
+        return {r: cloudpickle.loads(reply.value) for r, reply in sorted(replies.items())
+                if reply.value is not None}
+
+    def run_cell(self, source: str, cell: CellOptions, objects: dict[str, bytes],
+                 label: str) -> dict[int, Any] | None:
+        """Run a ``%%ddp`` cell; rank -> value of ``--return`` (None when not asked for)."""
+        import cloudpickle
+
+        check_syntax(source, 1)
+        command = Command("cell", source=source, line_offset=1, objects=objects,
+                          return_name=cell.return_name)
+        replies = self.run(command, cell, "\n" + source, label)
+        if cell.return_name is None:
+            return None
+        return {r: cloudpickle.loads(reply.value) if reply.value else None
+                for r, reply in sorted(replies.items())}
+
+    def status(self) -> str:
+        opts = self.options
+        head = (f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), "
+                f"start method {opts.start_method}")
+        if not self.alive:
+            return f"{head}\n  stopped: {self.down_reason or 'the ranks are gone'}; %ddp_restart\n"
+        assert self.gang is not None
+        lines = [head, f"  cells run: {self.cells}; rank logs: {self.gang.log_dir}"]
+        pids = self.gang.pids()
+        for rank in self.gang.ranks:
+            info = self.info.get(rank, {})
+            lines.append(f"  rank {rank}: pid {pids.get(rank)}, {info.get('backend')} on "
+                         f"{info.get('device')}, host {info.get('host')}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,207 @@
+"""Entry point of every rank: set up torch.distributed, then run what the kernel sends.
+
+Module-level so that spawn and the forkserver pickle it by reference (notebook functions
+cannot be, which is why cells travel as text); torch is imported only inside, so the kernel
+can name this function without importing torch.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import linecache
+import os
+import pickle
+import signal
+import socket
+import sys
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from . import protocol
+from .errors import capture, cell_filename
+from .lifeline import bind_to_kernel, detach_from_terminal_signals
+from .protocol import Command, Reply, WorkerConfig
+
+_IDLE_WAIT = timedelta(hours=1)
+
+
+def main(config: WorkerConfig) -> None:
+    """Run one rank until the kernel says stop (or dies)."""
+    detach_from_terminal_signals()
+    bind_to_kernel(config.kernel_pid)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)  # files behind them: flush per line, live output
+    sys.path[:] = config.sys_path  # the kernel's, now (the forkserver has the one from its start)
+    os.chdir(config.cwd)
+    _Rank(config).serve()
+
+
+def to_cpu(value: Any) -> Any:
+    """Tensors (also inside dicts, lists and tuples) moved to CPU, so the kernel needs no GPU."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if type(value) is dict:
+        return {k: to_cpu(v) for k, v in value.items()}
+    if type(value) is list:
+        return [to_cpu(v) for v in value]
+    if isinstance(value, tuple):
+        items = [to_cpu(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
+class _Rank:
+    def __init__(self, config: WorkerConfig) -> None:
+        import torch.distributed as dist
+
+        self.config = config
+        self.rank = int(os.environ["RANK"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        tcp = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            timeout=timedelta(seconds=60),
+        )
+        self.store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{config.session}/", tcp)
+        self.ns: dict[str, Any] = {}
+        self.device: Any = None
+        self.executing = False
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        """The kernel interrupts a running cell with SIGINT; between cells it means nothing."""
+        if self.executing:
+            raise KeyboardInterrupt
+
+    def serve(self) -> None:
+        import torch.distributed as dist
+
+        try:
+            self._reply(0, self._guard(self._init))
+            seq = 0
+            while True:
+                seq += 1
+                cmd = self._next(seq)
+                if cmd.kind == "stop":
+                    return
+                self._reply(seq, self._guard(lambda: self._handle(cmd)))
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def _next(self, seq: int) -> Command:
+        import torch.distributed as dist
+
+        key = protocol.cmd_key(seq)
+        while True:
+            try:
+                self.store.wait([key], _IDLE_WAIT)
+                break
+            except dist.DistStoreError:
+                continue  # idle for an hour: keep waiting
+        return pickle.loads(self.store.get(key))
+
+    def _reply(self, seq: int, reply: Reply) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.store.set(protocol.reply_key(seq, self.rank), pickle.dumps(reply))
+        k = self.store.add(protocol.count_key(seq), 1)
+        self.store.set(protocol.event_key(seq, k), str(self.rank))
+
+    def _guard(self, step: Any) -> Reply:
+        try:
+            return step()
+        except BaseException as exc:  # a cell may raise SystemExit or be interrupted
+            return Reply(self.rank, ok=False, error=capture(exc),
+                         interrupted=isinstance(exc, KeyboardInterrupt))
+
+    def _init(self) -> Reply:
+        import torch
+        import torch.distributed as dist
+
+        if torch.cuda.is_available():
+            visible = torch.cuda.device_count()
+            if self.local_rank >= visible:
+                raise RuntimeError(
+                    f"rank {self.rank} needs GPU {self.local_rank} but this node shows {visible} "
+                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
+                    "use fewer ranks (-n) or list GPUs with --gpus"
+                )
+            self.device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        backend = self.config.backend
+        if backend == "auto":
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if backend == "nccl" and self.device.type != "cuda":
+            raise RuntimeError("--backend nccl needs a GPU for every rank and this rank sees none")
+        if "OMP_NUM_THREADS" in os.environ:  # the forkserver's OpenMP read it before we set it
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        dist.init_process_group(backend, device_id=self.device if backend == "nccl" else None)
+        self.ns = {
+            "__name__": "__main__",
+            "__builtins__": builtins,
+            "torch": torch,
+            "dist": dist,
+            "RANK": self.rank,
+            "LOCAL_RANK": self.local_rank,
+            "WORLD_SIZE": self.world_size,
+            "device": self.device,
+        }
+        return Reply(self.rank, ok=True, info={
+            "pid": os.getpid(), "host": socket.gethostname(), "backend": backend,
+            "device": str(self.device), "torch": torch.__version__,
+        })
+
+    def _handle(self, cmd: Command) -> Reply:
+        self._load(cmd.objects)
+        if cmd.kind == "push":
+            return Reply(self.rank, ok=True)
+        if cmd.kind == "pull":
+            missing = [n for n in cmd.names if n not in self.ns]
+            if missing:
+                raise NameError(f"name {missing[0]!r} is not defined on rank {self.rank}")
+            return Reply(self.rank, ok=True, value=self._dump({n: self.ns[n] for n in cmd.names}))
+        self._run_cell(cmd)
+        if cmd.return_name is None:
+            return Reply(self.rank, ok=True)
+        return Reply(self.rank, ok=True, value=self._dump(self.ns.get(cmd.return_name)))
+
+    def _load(self, objects: dict[str, bytes]) -> None:
+        import cloudpickle
+
+        for name, blob in objects.items():
+            try:
+                self.ns[name] = cloudpickle.loads(blob)
+            except Exception as exc:
+                raise RuntimeError(f"could not load {name!r} on rank {self.rank}: {exc}") from exc
+
+    def _dump(self, value: Any) -> bytes:
+        import cloudpickle
+
+        try:
+            return cloudpickle.dumps(to_cpu(value))
+        except Exception as exc:
+            raise RuntimeError(f"rank {self.rank} could not send its value back: {exc}") from exc
+
+    def _run_cell(self, cmd: Command) -> None:
+        import torch
+
+        filename = cell_filename(self.rank)
+        text = "\n" * cmd.line_offset + cmd.source
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        code = compile(text, filename, "exec", dont_inherit=True)
+        amp: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.config.amp:
+            dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
+            amp = torch.autocast(self.device.type, dtype=dtype)
+        try:
+            with amp:
+                self.executing = True
+                exec(code, self.ns)
+        finally:
+            self.executing = False

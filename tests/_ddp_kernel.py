@@ -1,0 +1,100 @@
+"""A real ipykernel for the ddp tests, driven through jupyter_client like a notebook would."""
+from __future__ import annotations
+
+import os
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import start_new_kernel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Kernel:
+    """A kernel with jupyter_gpu's ddp magics loaded; collects every iopub message it sends."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.km, self.kc = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
+        self.iopub: list[dict[str, Any]] = []
+        self.pid: int = self.km.provisioner.pid
+        self.run("from jupyter_gpu.kernel.ddp.magics import register; register(get_ipython())")
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def submit(self, code: str) -> str:
+        return self.kc.execute(code, store_history=True)
+
+    def wait(self, msg_id: str, timeout: float = 120) -> list[dict[str, Any]]:
+        """Read iopub until ``msg_id`` is idle; return that cell's messages."""
+        deadline = time.monotonic() + timeout
+        while not any(m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                      and m["parent_header"].get("msg_id") == msg_id for m in self.iopub):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"cell {msg_id} still running after {timeout} s")
+            try:
+                self.iopub.append(self.kc.get_iopub_msg(timeout=min(remaining, 1)))
+            except queue.Empty:
+                pass
+        return self.messages(msg_id)
+
+    def pump(self, seconds: float) -> None:
+        """Collect iopub messages for a while (output that arrives between cells)."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                self.iopub.append(self.kc.get_iopub_msg(timeout=remaining))
+            except queue.Empty:
+                pass
+
+    def messages(self, msg_id: str) -> list[dict[str, Any]]:
+        return [m for m in self.iopub if m["parent_header"].get("msg_id") == msg_id]
+
+    def run(self, code: str, timeout: float = 120) -> "Cell":
+        msg_id = self.submit(code)
+        self.wait(msg_id, timeout)
+        return Cell(self, msg_id)
+
+    def wait_for_text(self, msg_id: str, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in Cell(self, msg_id).stdout:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{text!r} never appeared; got {Cell(self, msg_id).stdout!r}")
+            self.pump(0.1)
+
+
+class Cell:
+    def __init__(self, kernel: Kernel, msg_id: str) -> None:
+        self.kernel, self.msg_id = kernel, msg_id
+
+    def _text(self, name: str) -> str:
+        return "".join(m["content"]["text"] for m in self.kernel.messages(self.msg_id)
+                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+
+    @property
+    def stdout(self) -> str:
+        return self._text("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self._text("stderr")
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        errors = [m["content"] for m in self.kernel.messages(self.msg_id) if m["msg_type"] == "error"]
+        return errors[0] if errors else None
+
+    @property
+    def traceback(self) -> str:
+        return "\n".join(self.error["traceback"]) if self.error else ""
+
+    def value(self) -> str:
+        results = [m["content"]["data"]["text/plain"] for m in self.kernel.messages(self.msg_id)
+                   if m["msg_type"] == "execute_result"]
+        return results[0] if results else ""
