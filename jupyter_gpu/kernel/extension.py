@@ -15,6 +15,7 @@ from IPython.core.magic import Magics
 # Order matters only for the order of help entries.
 FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.agent",
+    "jupyter_gpu.kernel.ddp.magics",
 )
 
 _undo: dict[int, list[Callable[[], None]]] = {}
