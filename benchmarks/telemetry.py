@@ -102,6 +102,7 @@ class Server:
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.dir = tempfile.TemporaryDirectory()
+        # "none" is the baseline: the same server with neither GPU extension loaded
         exts = {"lagprobe": True, "jupyter_gpu": extension == "jupyter_gpu",
                 "jupyterlab_nvdashboard": extension == "nvdashboard"}
         config = {"ServerApp": {"jpserver_extensions": exts},
@@ -155,7 +156,7 @@ async def poll_telemetry(server: Server, stop: asyncio.Event, latencies: list[fl
         await asyncio.sleep(1.0)
 
 
-async def nvdashboard_socket(server: Server, stop: asyncio.Event) -> None:
+async def nvdashboard_socket(server: Server, stop: asyncio.Event, _: list[float]) -> None:
     url = server.base.replace("http", "ws") + f"nvdashboard/gpu_resource?token={server.token}"
     conn = await websocket_connect(url)
     conn.write_message(json.dumps({"updateFrequency": 100, "isPaused": False}))
@@ -171,10 +172,8 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
         await server.wait_ready()
         stop = asyncio.Event()
         client_latency: list[float] = []
-        if extension == "jupyter_gpu":
-            tasks = [asyncio.create_task(poll_telemetry(server, stop, client_latency)) for _ in range(clients)]
-        else:
-            tasks = [asyncio.create_task(nvdashboard_socket(server, stop)) for _ in range(clients)]
+        client = nvdashboard_socket if extension == "nvdashboard" else poll_telemetry
+        tasks = [asyncio.create_task(client(server, stop, client_latency)) for _ in range(clients)]
         await asyncio.sleep(2.0)  # warm up
         _, before = await server.get("lagprobe")
         before = json.loads(before)
@@ -194,7 +193,7 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
         cpu = ""
         if after["sampler_cpu_seconds"] is not None:
             cpu = f"{100 * (after['sampler_cpu_seconds'] - before['sampler_cpu_seconds']) / (after['uptime'] - before['uptime']):.2f}"
-        clients_label = f"{clients} {'pollers' if extension == 'jupyter_gpu' else 'websockets'}"
+        clients_label = f"{clients} {'websockets' if extension == 'nvdashboard' else 'pollers'}"
         return [
             extension, clients_label,
             f"{pct(status, 50) * 1e3:.1f}", f"{pct(status, 99) * 1e3:.1f}",
@@ -215,7 +214,8 @@ async def main() -> None:
     sample_cost(args.simulated)
     header = ["server", "clients", "status p50 ms", "status p99 ms", "loop lag p50 ms", "loop lag p99 ms",
               "telemetry p50 ms", "telemetry p99 ms", "sampler % of a core"]
-    rows = [await scenario("jupyter_gpu", n, args.duration, args.simulated) for n in (0, 3, 50)]
+    rows = [await scenario("none", 0, args.duration, args.simulated)]
+    rows += [await scenario("jupyter_gpu", n, args.duration, args.simulated) for n in (0, 3, 50)]
     try:
         import jupyterlab_nvdashboard  # noqa: F401
     except ImportError:
