@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from _fake_torch import UUID0, FakeCuda, install
-from IPython.testing.globalipapp import get_ipython
+from IPython.core.getipython import get_ipython
+from IPython.testing.globalipapp import start_ipython
 
 from jupyter_gpu.analysis.stats_file import file_name
 from jupyter_gpu.kernel import agent as agent_module
@@ -23,6 +24,12 @@ from jupyter_gpu.kernel.extension import FEATURES
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _shell():
+    """The one test shell; globalipapp returns it only from its first start."""
+    return start_ipython() or get_ipython()
+
 KID = "0b0e9a63-1f3c-4c1e-9d2a-7f6a5e4d3c2b"
 
 
@@ -194,7 +201,7 @@ def test_stats_path_from_connection_file(tmp_path: Path) -> None:
 def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     monkeypatch.setattr(agent_module, "connection_file", lambda: str(tmp_path / f"kernel-{KID}.json"))
-    ip = get_ipython()
+    ip = _shell()
     threads = threading.active_count()
     undo = agent_module.register(ip)
     path = tmp_path / file_name(KID)
@@ -208,7 +215,7 @@ def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
 def test_register_outside_a_kernel_does_nothing(monkeypatch) -> None:
     monkeypatch.setattr(agent_module, "connection_file", lambda: None)
     threads = threading.active_count()
-    undo = agent_module.register(get_ipython())
+    undo = agent_module.register(_shell())
     assert threading.active_count() == threads
     undo()
 

@@ -64,6 +64,24 @@ def _in_private_pool(segment: Mapping[str, Any]) -> bool:
     return tuple(pool_id) != (0, 0)
 
 
+def free_block_parts(segment: Mapping[str, Any], block: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A free block of an expandable segment as (sliver before, whole pages, sliver after).
+
+    Pages count from the start of the mapped range the snapshot reports as the segment; only
+    the whole pages can be unmapped. A block of an ordinary segment is all "whole".
+    """
+    size = block["size"]
+    if not segment.get("is_expandable"):
+        return 0, size, 0
+    page = EXPANDABLE_PAGE_BYTES.get(segment.get("segment_type", "large"), EXPANDABLE_PAGE_BYTES["large"])
+    start = block["address"] - segment["address"]
+    first_page = -(-start // page) * page
+    end_page = (start + size) // page * page
+    if end_page <= first_page:
+        return size, 0, 0
+    return first_page - start, end_page - first_page, start + size - end_page
+
+
 def summarize_snapshot(
     segments: Iterable[Mapping[str, Any]], device: int | None = None
 ) -> SnapshotSummary:
@@ -94,11 +112,7 @@ def summarize_snapshot(
                 free_blocks += 1
                 largest[pool] = max(largest[pool], size)
                 if is_expandable:
-                    page = EXPANDABLE_PAGE_BYTES.get(pool, EXPANDABLE_PAGE_BYTES["large"])
-                    start = block["address"] - segment["address"]
-                    first_page = (start + page - 1) // page * page
-                    end_page = (start + size) // page * page
-                    whole = max(0, end_page - first_page)
+                    whole = free_block_parts(segment, block)[1]
                     expandable_stranded += size - whole
                     stranded += size - whole
                     if not private:

@@ -15,6 +15,8 @@ from IPython.core.magic import Magics
 # Order matters only for the order of help entries.
 FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.agent",
+    "jupyter_gpu.kernel.memory_magic",
+    "jupyter_gpu.kernel.oom",
     "jupyter_gpu.kernel.ddp.magics",
 )
 

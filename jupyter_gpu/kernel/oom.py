@@ -1,0 +1,94 @@
+"""Explain a CUDA out-of-memory error under its traceback: what was asked, what was free, what
+this kernel caches and how fragmented it is, and who else holds that GPU.
+
+A ``post_run_cell`` callback, so that torch is never imported to register it and the original
+traceback is shown untouched before the explanation. The error is recognised by its class
+(``OutOfMemoryError`` from a ``torch`` module) without importing torch.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from ..analysis.fragmentation import advise, expandable_segments_configured, format_bytes
+from ..analysis.oom_message import parse_oom_message
+from .torch_state import nvml_uuid, torch_in_use
+
+MAX_HOLDERS = 5
+
+
+def is_torch_oom(error: BaseException) -> bool:
+    return any(
+        cls.__name__ == "OutOfMemoryError" and cls.__module__.split(".")[0] == "torch"
+        for cls in type(error).__mro__
+    )
+
+
+def explain(error: BaseException) -> str | None:
+    """The explanation for a CUDA OOM; None for other out-of-memory errors (CPU, MPS)."""
+    from . import gpu_memory  # NVML, psutil, urllib: only when there is something to explain
+
+    message = parse_oom_message(str(error))
+    if message is None:
+        return None
+    on = f" on GPU {message.device}" if message.device is not None else ""
+    lines = [f"jupyter_gpu: why CUDA ran out of memory{on}"]
+    if message.requested_bytes is not None:
+        asked = f"Asked for {format_bytes(message.requested_bytes)}"
+        if message.free_bytes is not None:
+            asked += f"; the GPU had {format_bytes(message.free_bytes)} free of {format_bytes(message.total_bytes)}"
+        lines.append(f"  {asked}.")
+    if message.allowed_bytes is not None:
+        lines.append(
+            f"  This process may use only {format_bytes(message.allowed_bytes)} "
+            "(torch.cuda.set_per_process_memory_fraction), whatever the GPU has free."
+        )
+    torch = torch_in_use()
+    if torch is None:
+        return "\n".join(lines)
+    device = message.device if message.device is not None else torch.cuda.current_device()
+    figures, _ = gpu_memory.allocator_view(torch, device)
+    ratio = f", fragmentation {figures.fragmentation:.0%}" if figures.fragmentation is not None else ""
+    lines.append(
+        f"  This kernel: {format_bytes(figures.allocated_bytes)} in live tensors, "
+        f"{format_bytes(figures.reserved_unallocated_bytes)} cached but unallocated, of which "
+        f"{format_bytes(figures.inactive_split_bytes)} is stranded{ratio}."
+    )
+    uuid = nvml_uuid(torch, device)
+    view, reason = (None, "no UUID for this GPU") if uuid is None else gpu_memory.device_view(
+        uuid, labels=lambda: gpu_memory.server_labels(uuid)
+    )
+    if view is None:
+        lines.append(f"  Other processes: unknown ({reason}).")
+    elif not view.others:
+        lines.append("  No other process holds memory on this GPU.")
+    else:
+        lines.append(f"  Other processes hold {format_bytes(view.others_bytes)} of this GPU:")
+        for holder in view.others[:MAX_HOLDERS]:
+            lines.append(f"    {format_bytes(holder.used_bytes):>12}  {holder.label}")
+        if len(view.others) > MAX_HOLDERS:
+            lines.append(f"    … and {len(view.others) - MAX_HOLDERS} more")
+    advice = advise(
+        figures,
+        expandable_enabled=expandable_segments_configured(os.environ),
+        device_total_bytes=view.total_bytes if view else None,
+        other_processes_bytes=view.others_bytes if view else None,
+    )
+    lines += [f"  - {a.message}" for a in advice if a.kind != "empty_cache"]
+    return "\n".join(lines)
+
+
+def register(ipython: Any) -> Callable[[], None]:
+    def explain_oom(result: Any) -> None:
+        error = result.error_in_exec
+        if error is None or getattr(result.info, "silent", False) or not is_torch_oom(error):
+            return
+        try:
+            text = explain(error)
+        except Exception as failure:  # an explanation must never become a second error
+            text = f"(jupyter_gpu could not explain this out-of-memory error: {failure})"
+        if text:
+            print(text)
+
+    ipython.events.register("post_run_cell", explain_oom)
+    return lambda: ipython.events.unregister("post_run_cell", explain_oom)

@@ -1,0 +1,382 @@
+"""``%gpu_mem`` and the out-of-memory explanation, on CPU through a fake torch and simulated NVML;
+the ``gpu`` tests compare with torch, nvidia-smi and a real OOM on an NVIDIA machine."""
+from __future__ import annotations
+
+import json
+import re
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+from _fake_torch import UUID0, FakeCuda, install
+from IPython.core.error import UsageError
+from IPython.core.getipython import get_ipython
+from IPython.testing.globalipapp import start_ipython
+from IPython.utils.capture import capture_output
+
+from jupyter_gpu.kernel import gpu_memory, memory_magic, oom
+from jupyter_gpu.kernel.extension import FEATURES
+from jupyter_gpu.nvml.simulated import SimulatedNVML
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _shell():
+    """The one test shell; globalipapp returns it only from its first start."""
+    return start_ipython() or get_ipython()
+
+GiB = 1024**3
+OOM_TEXT = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
+    "which 1.00 GiB is free. Including non-PyTorch memory, this process has 3.00 GiB memory in use. "
+    "Of the allocated memory 1.17 GiB is allocated by PyTorch, and 1.32 GiB is reserved by PyTorch "
+    "but unallocated."
+)
+
+
+@pytest.fixture
+def other_process():
+    """A live process, not our descendant, that NVML will say holds 100 GiB of GPU 0.
+
+    Started through a shell that exits at once, so it is nobody's child here: children of a
+    kernel count as that kernel.
+    """
+    out = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    )
+    proc = psutil.Process(int(out.stdout))
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture
+def nvml(monkeypatch, other_process) -> SimulatedNVML:
+    readings = json.loads((FIXTURES / "nvml_readings_2gpu.json").read_text())
+    readings["devices"][0]["compute_processes"] = [
+        {"pid": os.getpid(), "used_gpu_memory": 3_212_836_864},
+        {"pid": other_process.pid, "used_gpu_memory": 100 * GiB},
+    ]
+    sim = SimulatedNVML(readings)
+    monkeypatch.setattr(gpu_memory, "nvml_backend", lambda: sim)
+    return sim
+
+
+@pytest.fixture
+def ip():
+    shell = _shell()
+    undo = [memory_magic.register(shell), oom.register(shell)]
+    yield shell
+    for remove in undo:
+        remove()
+
+
+def _gpu_mem(ip, line: str = "") -> dict:
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_mem", line)
+    (output,) = captured.outputs
+    return output.data
+
+
+def test_features_registered() -> None:
+    assert {"jupyter_gpu.kernel.memory_magic", "jupyter_gpu.kernel.oom"} <= set(FEATURES)
+
+
+def test_without_cuda(ip, nvml, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda(initialized=False))
+    data = _gpu_mem(ip)
+    text = data["text/plain"]
+    assert "has not initialised CUDA" in text and "torch is imported" in text
+    assert "GPU 0" in text and "GPU 1" in text and "NVIDIA H200" in text
+    assert "has not initialised CUDA" in data["text/html"]
+
+
+def test_without_nvml(ip, monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    sim = SimulatedNVML({"init_error": "NVML_ERROR_LIBRARY_NOT_FOUND"})
+    monkeypatch.setattr(gpu_memory, "nvml_backend", lambda: sim)
+    text = _gpu_mem(ip)["text/plain"]
+    assert "torch is not imported" in text and "No NVIDIA driver found" in text
+
+
+def test_report(ip, nvml, monkeypatch, other_process) -> None:
+    cuda = FakeCuda()
+    install(monkeypatch, cuda)
+    text = _gpu_mem(ip)["text/plain"]
+    assert f"GPU 0: NVIDIA H200 (GPU-{UUID0})" in text
+    # NVML: whole GPU, this kernel split into cache and the rest, the other process by command.
+    assert "3.00 GiB  used of 140.40 GiB" in text
+    assert "2.99 GiB  2.49 GiB PyTorch cache + 518.00 MiB outside it" in text
+    assert "100.00 GiB  1 process(es)" in text
+    assert f"pid {other_process.pid}: {sys.executable} -c import time" in text
+
+    # Allocator, from the fixture.
+    assert "1.17 GiB  in live tensors (1.15 GiB requested, 19.79 MiB rounding waste)" in text
+    assert "381.18 MiB  fragmentation 15.0% of reserved" in text
+    assert "964.00 MiB  empty_cache() would return it" in text
+    assert "22.00 MiB  large pool; small pool 1.08 MiB; 144 segments" in text
+    # Advice: expandable segments, empty_cache, and the process holding most of the GPU.
+    assert "expandable_segments:True" in text
+    assert "torch.cuda.empty_cache() would return 964.00 MiB" in text
+    assert "Other processes hold 100.00 GiB" in text
+    assert cuda.calls["mem_get_info"] == 0  # NVML answers; no extra CUDA calls
+
+
+def test_children_count_as_this_kernel(ip, nvml, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        nvml.readings["devices"][0]["compute_processes"] = [
+            {"pid": os.getpid(), "used_gpu_memory": 3_212_836_864},
+            {"pid": child.pid, "used_gpu_memory": 1 * GiB},
+        ]
+        text = _gpu_mem(ip)["text/plain"]
+    finally:
+        child.kill()
+        child.wait()
+    assert "3.99 GiB  2.49 GiB PyTorch cache + 1.51 GiB outside it" in text
+    assert re.search(r"other processes +none", text)
+
+
+def test_snapshot_map(ip, nvml, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    data = _gpu_mem(ip, "--snapshot")
+    svg = data["text/html"][data["text/html"].index("<svg"):]
+    assert svg.count("<rect") > 400
+    assert "large pool: 143 segments" in svg and "small pool: 1 segment," in svg
+    assert "free, stranded (fragmentation) 381.18 MiB" in svg
+    assert "<svg" not in _gpu_mem(ip)["text/html"]
+
+
+def test_device_option(ip, nvml, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    text = _gpu_mem(ip, "--device 1")["text/plain"]
+    assert "GPU 1: NVIDIA H200" in text and "0 B  in live tensors" in text
+    with pytest.raises(UsageError, match="devices 0 to 1"):
+        ip.run_line_magic("gpu_mem", "--device 2")
+
+
+def test_expandable_configured_silences_that_advice(ip, nvml, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert "expandable_segments:True" not in _gpu_mem(ip)["text/plain"]
+
+
+def test_unregister(monkeypatch) -> None:
+    shell = _shell()
+    before = len(shell.events.callbacks["post_run_cell"])
+    undo = [memory_magic.register(shell), oom.register(shell)]
+    assert "gpu_mem" in shell.magics_manager.magics["line"]
+    for remove in undo:
+        remove()
+    assert "gpu_mem" not in shell.magics_manager.magics["line"]
+    assert len(shell.events.callbacks["post_run_cell"]) == before
+
+
+# -- the out-of-memory explanation --------------------------------------------------------
+
+
+def _run(ip, code: str) -> str:
+    with capture_output() as captured:
+        ip.run_cell(code)
+    return captured.stdout
+
+
+def test_oom_explained_under_the_traceback(ip, nvml, monkeypatch, other_process) -> None:
+    install(monkeypatch, FakeCuda())
+    out = _run(ip, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")
+    traceback_at = out.index("OutOfMemoryError: CUDA out of memory")
+    explanation_at = out.index("jupyter_gpu: why CUDA ran out of memory on GPU 0")
+    assert traceback_at < explanation_at
+    explanation = out[explanation_at:]
+    assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 139.80 GiB." in explanation
+    assert "1.17 GiB in live tensors, 1.31 GiB cached but unallocated, of which 381.18 MiB is stranded, fragmentation 15%" in explanation
+    assert "Other processes hold 100.00 GiB of this GPU:" in explanation
+    assert f"pid {other_process.pid}:" in explanation
+    assert "expandable_segments:True" in explanation
+
+
+def test_oom_with_the_real_torch_class() -> None:
+    torch = pytest.importorskip("torch")
+    shell = _shell()
+    undo = oom.register(shell)
+    try:
+        out = _run(shell, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")
+    finally:
+        undo()
+    assert "OutOfMemoryError: CUDA out of memory" in out
+    assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free" in out
+    if not torch.cuda.is_initialized():  # CPU torch: no allocator to report, and none initialised
+        assert "This kernel:" not in out
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')",
+        "raise MemoryError()",
+        "1 + 1",
+    ],
+)
+def test_other_errors_are_left_alone(ip, code: str) -> None:
+    assert "jupyter_gpu" not in _run(ip, code)
+
+
+def test_non_cuda_oom_is_left_alone(ip, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+    assert "jupyter_gpu" not in _run(ip, "import torch\nraise torch.OutOfMemoryError('MPS backend out of memory')")
+
+
+def test_failing_explanation_does_not_raise(ip, monkeypatch) -> None:
+    install(monkeypatch, FakeCuda())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("allocator gone")
+
+    monkeypatch.setattr(gpu_memory, "allocator_view", broken)
+    out = _run(ip, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")
+    assert "OutOfMemoryError: CUDA out of memory" in out
+    assert "could not explain this out-of-memory error: allocator gone" in out
+
+
+# -- naming other kernels through the Jupyter server ---------------------------------------
+
+
+@pytest.fixture
+def jupyter_server(tmp_path, monkeypatch, other_process):
+    """A stand-in for this kernel's server: a jpserver file and /api/gpu/kernels."""
+    seen: list[str | None] = []
+    body = json.dumps({
+        "kernels": [
+            {"id": "k-other", "path": "work/train.ipynb", "gpu_memory": [
+                {"gpu_index": 0, "uuid": f"GPU-{UUID0}", "used_memory_bytes": 100 * GiB,
+                 "pids": [other_process.pid]}]},
+            {"id": "k-elsewhere", "path": "b.ipynb", "gpu_memory": [
+                {"gpu_index": 1, "uuid": "GPU-another", "used_memory_bytes": 1, "pids": [1]}]},
+        ],
+        "unattributed": [],
+    }).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            ok = self.path == "/base/api/gpu/kernels"
+            self.send_response(200 if ok else 404)
+            self.end_headers()
+            self.wfile.write(body if ok else b"{}")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps(
+        {"url": f"http://127.0.0.1:{httpd.server_port}/base/", "token": "secret", "pid": os.getppid()}
+    ))
+    monkeypatch.setattr(gpu_memory, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
+    yield seen
+    httpd.shutdown()
+
+
+def test_other_kernels_named_by_notebook(ip, nvml, monkeypatch, jupyter_server) -> None:
+    install(monkeypatch, FakeCuda())
+    out = _run(ip, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")
+    assert "100.00 GiB  notebook work/train.ipynb" in out
+    assert jupyter_server == ["token secret"]
+    assert "100.00 GiB  notebook work/train.ipynb" in _gpu_mem(ip)["text/plain"]
+
+
+def test_unreachable_server_falls_back_quickly(tmp_path, monkeypatch) -> None:
+    (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps({"url": "http://127.0.0.1:9/", "token": ""}))
+    monkeypatch.setattr(gpu_memory, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
+    started = time.monotonic()
+    assert gpu_memory.server_labels(f"GPU-{UUID0}") == {}
+    assert time.monotonic() - started < gpu_memory.SERVER_TIMEOUT + 1
+
+
+def test_no_server_outside_a_kernel(monkeypatch) -> None:
+    monkeypatch.setattr(gpu_memory, "connection_file", lambda: None)
+    assert gpu_memory.server_labels(f"GPU-{UUID0}") == {}
+
+
+# -- on a real GPU ------------------------------------------------------------------------
+
+
+def _cuda_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    return torch
+
+
+def _fragment(torch) -> list:
+    """Interleaved frees of 3–21 MB blocks, like the fixture's workload."""
+    keep = []
+    for i in range(200):
+        t = torch.empty((3 + i % 19) * 1_000_000, dtype=torch.uint8, device="cuda")
+        if i % 2 == 0:
+            keep.append(t)
+    return keep
+
+
+@pytest.mark.gpu
+def test_gpu_agent_figures_match_memory_stats(tmp_path) -> None:
+    from jupyter_gpu.kernel.agent import KernelAgent
+
+    torch = _cuda_torch()
+    keep = _fragment(torch)
+    torch.cuda.synchronize()
+    agent = KernelAgent(tmp_path / "f.json", "k")
+    doc = agent.figures()
+    stats = torch.cuda.memory_stats(0)
+    (device,) = [d for d in doc["devices"] if d["index"] == 0]
+    assert device["allocated_bytes"] == stats["allocated_bytes.all.current"]
+    assert device["reserved_bytes"] == stats["reserved_bytes.all.current"]
+    assert device["inactive_split_bytes"] == stats["inactive_split_bytes.all.current"] > 0
+    assert device["segments"] == stats["segment.all.current"]
+    assert device["uuid"] == f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    del keep
+
+
+@pytest.mark.gpu
+def test_gpu_nvml_matches_nvidia_smi(ip) -> None:
+    torch = _cuda_torch()
+    x = torch.empty(1024**3, dtype=torch.uint8, device="cuda")
+    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    view, reason = gpu_memory.device_view(uuid)
+    assert view is not None, reason
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    mine = [line.split(", ") for line in smi.splitlines() if line.split(", ")[0] == str(os.getpid())]
+    mib = sum(int(used) for pid, gpu, used in mine if gpu == uuid)
+    assert abs(view.this_kernel_bytes / 1024**2 - mib) <= 1
+    text = _gpu_mem(ip)["text/plain"]
+    assert "PyTorch cache +" in text
+    del x
+
+
+@pytest.mark.gpu
+def test_gpu_real_oom_names_the_other_process(ip) -> None:
+    torch = _cuda_torch()
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "import torch, time; x = torch.empty(8 * 1024**3, dtype=torch.uint8, "
+         "device='cuda:0'); print('ready', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]},
+    )
+    try:
+        assert hog.stdout.readline().strip() == "ready"
+        free, total = torch.cuda.mem_get_info(0)
+        out = _run(ip, f"import torch\nx = torch.empty({free + 2 * 1024**3}, dtype=torch.uint8, device='cuda:0')")
+    finally:
+        hog.kill()
+        hog.wait()
+    assert "OutOfMemoryError" in out and "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
+    assert f"pid {hog.pid}:" in out and "Other processes hold" in out
