@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -112,3 +113,52 @@ async def test_kernel_without_gpu_memory_is_listed_with_none(jp_fetch, gpu_monit
     body = await get(jp_fetch, "kernels")
     kernel = next(k for k in body["kernels"] if k["id"] == kernel_id)
     assert kernel["path"] == "cpu-only.ipynb" and kernel["gpu_memory"] == []
+
+
+async def run_cell(kernel, code: str) -> str:
+    """Execute code in a kernel of this server and return what it printed."""
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        msg_id = client.execute(code)
+        text = ""
+        while True:
+            msg = await client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                text += msg["content"]["text"]
+            elif msg["msg_type"] == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return text
+    finally:
+        client.stop_channels()
+
+
+async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_monitor, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+    kernel_id = await start_notebook_kernel(jp_fetch, "lesson.ipynb")
+    kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
+    await run_cell(kernel, "%load_ext jupyter_gpu\nimport torch")
+
+    async def published():
+        body = await get(jp_fetch, "kernels")
+        mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
+        return mine if mine["allocator"] else None
+
+    mine = await wait_for(published, timeout=15)
+    assert mine["path"] == "lesson.ipynb"
+    assert mine["allocator"]["cuda_in_use"] is False and mine["allocator"]["devices"] == []
+    assert mine["allocator"]["pid"] == kernel.provisioner.pid
+    # the agent looked at torch without initialising CUDA
+    assert (await run_cell(kernel, "print(torch.cuda.is_initialized())")).strip() == "False"
+    await run_cell(kernel, "%unload_ext jupyter_gpu")
+
+    async def withdrawn():
+        body = await get(jp_fetch, "kernels")
+        mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
+        return mine if mine["allocator"] is None else None
+
+    assert "not loaded" in (await wait_for(withdrawn, timeout=10))["allocator_reason"]

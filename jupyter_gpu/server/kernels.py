@@ -1,17 +1,20 @@
 """Kernel ids → PIDs (kernel manager) and notebook paths (session manager), joined with NVML.
 
-Runs on the event loop and does no blocking I/O: the kernel manager answers from memory, the
-session manager from its in-process database, and the process metadata was gathered by the
-sampler thread.
+Runs on the event loop and does no blocking I/O there: the kernel manager answers from memory,
+the session manager from its in-process database, the process metadata was gathered by the
+sampler thread, and the kernels' allocator stats files are read on a worker thread.
 """
 from __future__ import annotations
 
+import asyncio
 import getpass
 from typing import Any
 
+import psutil
 from jupyter_core.utils import ensure_async
 
 from .attribution import KernelRef, attribute
+from .kernel_stats import read_kernel_stats
 from .sampler import Sampler
 
 
@@ -50,20 +53,31 @@ class KernelView:
             )
         return refs
 
+    def allocator_stats(self, refs: list[KernelRef]) -> dict[str, tuple[dict | None, str | None]]:
+        """Each kernel's stats file; blocking file I/O, so called on a worker thread."""
+        runtime_dir = self.kernel_manager.connection_dir
+        result = {}
+        for ref in refs:
+            # A file written by an earlier process of a restarted kernel is not this kernel's.
+            alive = (lambda pid, own=ref.pid: pid == own) if ref.pid else psutil.pid_exists
+            result[ref.id] = read_kernel_stats(runtime_dir, ref.id, pid_alive=alive)
+        return result
+
     async def refresh(self) -> dict[str, Any]:
         status = self.sampler.status
         latest = self.sampler.latest()
         gpus = list(latest.gpus) if latest and status.available else []
-        payload = {
-            "available": status.available,
-            "reason": status.reason,
-            **attribute(
-                await self.kernel_refs(),
-                gpus,
-                self.sampler.process_meta(),
-                current_user=self.current_user,
-                show_all_users=self.show_all_users,
-            ),
-        }
+        refs = await self.kernel_refs()
+        stats = await asyncio.get_running_loop().run_in_executor(None, self.allocator_stats, refs)
+        view = attribute(
+            refs,
+            gpus,
+            self.sampler.process_meta(),
+            current_user=self.current_user,
+            show_all_users=self.show_all_users,
+        )
+        for kernel in view["kernels"]:
+            kernel["allocator"], kernel["allocator_reason"] = stats[kernel["id"]]
+        payload = {"available": status.available, "reason": status.reason, **view}
         self.last = payload
         return payload

@@ -78,6 +78,7 @@ class GPUCollector(Collector):
                     row["used_memory_bytes"],
                 )
         yield kernel
+        yield from self._allocator_metrics(view["kernels"])
         other = GaugeMetricFamily(
             "jupyter_gpu_unattributed_memory_used_bytes",
             "Device memory held by processes that are not kernels of this server.",
@@ -91,6 +92,31 @@ class GPUCollector(Collector):
             other.add_metric(list(key), total)
         yield other
 
+
+    def _allocator_metrics(self, kernels: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
+        labels = [*GPU_LABELS, "kernel_id", "notebook_path"]
+        families = {
+            field: GaugeMetricFamily(f"jupyter_gpu_kernel_allocator_{name}", doc, labels=labels)
+            for field, name, doc in ALLOCATOR_GAUGES
+        }
+        for k in kernels:
+            for device in (k.get("allocator") or {}).get("devices", []):
+                label_values = [str(device["index"]), device.get("uuid") or "", k["id"], k.get("path") or ""]
+                for field, family in families.items():
+                    if device.get(field) is not None:
+                        family.add_metric(label_values, device[field])
+        yield from families.values()
+
+
+# (stats file field, metric name, help) for PyTorch's caching allocator in each kernel
+ALLOCATOR_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("allocated_bytes", "allocated_bytes", "Memory in live tensors."),
+    ("reserved_bytes", "reserved_bytes", "Memory the caching allocator holds from the driver."),
+    ("inactive_split_bytes", "inactive_split_bytes", "Free memory trapped in segments that hold live blocks."),
+    ("fragmentation", "fragmentation_ratio", "inactive_split / reserved (0-1): memory empty_cache() cannot return."),
+    ("num_alloc_retries", "alloc_retries", "Allocations that had to free the cache and retry."),
+    ("num_ooms", "ooms", "Out-of-memory errors raised by the allocator."),
+)
 
 COLLECTOR = GPUCollector()
 _registered = False
