@@ -10,9 +10,10 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+if TYPE_CHECKING:  # benchmarks/kernel_agent.py uses FakeCuda without pytest
+    import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 UUID0 = "2da622ba-bcdc-9f07-006d-4b42150c85b5"

@@ -183,6 +183,16 @@ def test_writes_are_atomic_and_leave_no_temp_files(agent, monkeypatch) -> None:
     assert list(a.path.parent.iterdir()) == []
 
 
+def test_planted_symlink_at_the_temp_name_is_not_followed(agent, tmp_path: Path) -> None:
+    a = agent()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (tmp_path / f".{a.path.name}.{os.getpid()}.tmp").symlink_to(victim)
+    with pytest.raises(OSError):
+        a.publish()
+    assert victim.read_text() == "untouched" and not a.path.exists()
+
+
 def test_remove_spares_a_file_of_another_process(agent) -> None:
     a = agent()
     a.path.write_text(json.dumps({"pid": os.getpid() + 1}))

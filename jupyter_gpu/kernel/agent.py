@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -109,18 +108,27 @@ class KernelAgent(Configurable):
     # -- writing -------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Write the figures atomically: readers see the old file or the new one, never half."""
+        """Write the figures atomically: readers see the old file or the new one, never half.
+
+        The temp name is fixed per process (no mkstemp: half the cost of a publish) and opened
+        with O_NOFOLLOW, so a planted symlink cannot redirect the write.
+        """
         data = json.dumps(self.figures(), separators=(",", ":")).encode()
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            with os.fdopen(fd, "wb") as f:  # mkstemp creates it 0600
-                f.write(data)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
             if self._stop.is_set():  # unloading: do not resurrect a file just removed
-                os.unlink(tmp)
+                _unlink(str(tmp))
                 return
             os.replace(tmp, self.path)
         except BaseException:
-            _unlink(tmp)
+            _unlink(str(tmp))
             raise
 
     def remove(self) -> None:

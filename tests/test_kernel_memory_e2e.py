@@ -1,0 +1,96 @@
+"""A real Jupyter server with real kernels that load jupyter_gpu: the agent's file lands where the
+server reads it, and (on a GPU) an out-of-memory error names the notebook that holds the memory."""
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpu.server.kernel_stats import read_kernel_stats
+from test_server_kernels import start_notebook_kernel
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def kernel_env(monkeypatch) -> None:
+    """Kernels started by the in-process server inherit this: they import jupyter_gpu from here."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+async def execute(kernel, code: str) -> tuple[str, str]:
+    """Run code in a server-managed kernel; its stdout and, if it failed, the traceback."""
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        msg_id = client.execute(code)
+        out, error = "", ""
+        while True:
+            msg = await client.get_iopub_msg(timeout=120)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out += msg["content"]["text"]
+            elif msg["msg_type"] == "error":
+                error = "\n".join(msg["content"]["traceback"])
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return out, error
+    finally:
+        client.stop_channels()
+
+
+async def poll(check, timeout: float = 20.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.1)
+
+
+async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_env):
+    kernel_id = await start_notebook_kernel(jp_fetch, "work/analysis.ipynb")
+    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+    out, error = await execute(kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())")
+    assert error == "" and out.strip() == "False"
+    stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats)
+    assert stats["pid"] == kernel.provisioner.pid
+    assert stats["cuda_in_use"] is False and stats["devices"] == []
+    out, _ = await execute(kernel, "import time; time.sleep(1.5); print(torch.cuda.is_initialized())")
+    assert out.strip() == "False"  # the agent ran meanwhile, and did not initialise CUDA
+    await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
+    assert read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats is None
+    path = Path(jp_serverapp.runtime_dir) / f"jupyter_gpu-kernel-{kernel_id}.json"
+    await poll(lambda: not path.exists())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_monitor_config", [{"backend": "nvml", "interval": 0.2, "slow_interval": 1.0}])
+async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, kernel_env, gpu_monitor_config):
+    manager = jp_serverapp.kernel_manager
+    hog = manager.get_kernel(await start_notebook_kernel(jp_fetch, "team/hog.ipynb"))
+    out, error = await execute(hog, (
+        "import torch\n"
+        "free, total = torch.cuda.mem_get_info(0)\n"
+        "_x = torch.empty(int(free * 0.8), dtype=torch.uint8, device='cuda:0'); torch.cuda.synchronize()\n"
+        "print('held')"
+    ))
+    assert out.strip() == "held", error
+    victim_id = await start_notebook_kernel(jp_fetch, "me/victim.ipynb")
+    victim = manager.get_kernel(victim_id)
+    out, error = await execute(victim, (
+        "%load_ext jupyter_gpu\n"
+        "import torch\n"
+        "y = torch.empty(torch.cuda.mem_get_info(0)[1] // 2, dtype=torch.uint8, device='cuda:0')"
+    ))
+    assert "OutOfMemoryError" in error  # the original traceback is still there
+    assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
+    assert "notebook team/hog.ipynb" in out
+    stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats)
+    assert stats["cuda_in_use"] is True and stats["devices"][0]["num_ooms"] >= 1
+    print(out)
