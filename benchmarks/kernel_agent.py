@@ -32,16 +32,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
 sys.path.insert(0, str(ROOT / "tests"))  # the fixture-replaying stand-in torch
 
+from _workloads import fragment  # noqa: E402
+from telemetry import table  # noqa: E402
+
 from jupyter_gpu.kernel.agent import KernelAgent  # noqa: E402
-
-
-def table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    print(f"\n{title}")
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(str(c).ljust(w) for c, w in zip(row, widths)))
 
 
 def timed(call, n: int) -> tuple[float, float]:
@@ -82,7 +76,7 @@ def publish_costs(runtime: Path, device: str) -> list[list[str]]:
 
     row("torch imported, CUDA not initialised", agent.publish)
     if device == "cuda":
-        keep = fragment(torch)  # held while measuring: the blocks the snapshot walks
+        keep = fragment(torch, large=400, small=600)  # held while measuring: the blocks the snapshot walks
         torch.cuda.synchronize()
         blocks = sum(len(s["blocks"]) for s in torch.cuda.memory_snapshot(include_traces=False))
         real = KernelAgent(runtime / "jupyter_gpu-kernel-cuda.json", "cuda", snapshot_interval=1e9)
@@ -93,19 +87,6 @@ def publish_costs(runtime: Path, device: str) -> list[list[str]]:
         row(f"CUDA: publish with snapshot ({blocks} blocks)", lambda: (setattr(real, "_next_snapshot", 0.0), real.publish()), 200)
         keep.clear()
     return rows
-
-
-def fragment(torch) -> list:
-    keep = []
-    for i in range(400):
-        t = torch.empty((3 + i % 19) * 1_000_000, dtype=torch.uint8, device="cuda")
-        if i % 2 == 0:
-            keep.append(t)
-    for i in range(600):
-        t = torch.empty(1000 + 997 * i, dtype=torch.uint8, device="cuda")
-        if i % 3 == 0:
-            keep.append(t)
-    return keep
 
 
 def training_loop(device: str):

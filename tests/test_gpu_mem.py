@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from _fake_torch import UUID0, FakeCuda, install
+from _workloads import fragment
 from IPython.core.error import UsageError
 from IPython.core.getipython import get_ipython
 from IPython.testing.globalipapp import start_ipython
@@ -315,22 +316,12 @@ def _cuda_torch():
     return torch
 
 
-def _fragment(torch) -> list:
-    """Interleaved frees of 3–21 MB blocks, like the fixture's workload."""
-    keep = []
-    for i in range(200):
-        t = torch.empty((3 + i % 19) * 1_000_000, dtype=torch.uint8, device="cuda")
-        if i % 2 == 0:
-            keep.append(t)
-    return keep
-
-
 @pytest.mark.gpu
 def test_gpu_agent_figures_match_memory_stats(tmp_path) -> None:
     from jupyter_gpu.kernel.agent import KernelAgent
 
     torch = _cuda_torch()
-    keep = _fragment(torch)
+    keep = fragment(torch)
     torch.cuda.synchronize()
     agent = KernelAgent(tmp_path / "f.json", "k")
     doc = agent.figures()
