@@ -66,15 +66,21 @@ class Report:
         parts = ['<div class="jupyter-gpu-mem" style="font-size:0.9em">']
         if self.intro:
             parts.append(f"<p>{html.escape(self.intro)}</p>")
+        # Sections side by side where there is room: NVML's view beside the allocator's.
+        parts.append('<div style="display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start">')
         for section in self.sections:
-            parts.append(f"<b>{html.escape(section.title)}</b><table>")
+            if not section.rows:  # a heading, on a line of its own
+                parts.append(f'<div style="flex-basis:100%"><b>{html.escape(section.title)}</b></div>')
+                continue
+            parts.append(f'<div style="flex:1 1 24em"><b>{html.escape(section.title)}</b><table>')
             for label, value, note in section.rows:
                 parts.append(
-                    f'<tr><td style="text-align:left">{html.escape(label)}</td>'
-                    f'<td style="text-align:right">{html.escape(value)}</td>'
+                    f'<tr><td style="text-align:left;white-space:nowrap">{html.escape(label)}</td>'
+                    f'<td style="text-align:right;white-space:nowrap">{html.escape(value)}</td>'
                     f'<td style="text-align:left">{html.escape(note)}</td></tr>'
                 )
-            parts.append("</table>")
+            parts.append("</table></div>")
+        parts.append("</div>")
         if self.advice:
             parts.append("<b>Advice</b><ul>" + "".join(f"<li>{html.escape(a)}</li>" for a in self.advice) + "</ul>")
         if self.svg:
