@@ -5,8 +5,10 @@ import os
 import queue
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import psutil
+import pytest
 from jupyter_client.manager import start_new_kernel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,3 +100,48 @@ class Cell:
         results = [m["content"]["data"]["text/plain"] for m in self.kernel.messages(self.msg_id)
                    if m["msg_type"] == "execute_result"]
         return results[0] if results else ""
+
+
+_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def rank_processes(pid: int) -> list[psutil.Process]:
+    """Descendants of the kernel except multiprocessing's forkserver and resource tracker.
+
+    Ranks forked by the forkserver share its command line, so only the kernel's direct
+    children are matched against it.
+    """
+    helpers = set()
+    for child in psutil.Process(pid).children():
+        try:
+            if any(h in " ".join(child.cmdline()) for h in _HELPERS):
+                helpers.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return [p for p in psutil.Process(pid).children(recursive=True)
+            if p.pid not in helpers and _running(p.pid)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Pids still running (zombies count as gone) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def ddp_kernel() -> Iterator[Kernel]:
+    """One kernel for the ddp tests: its forkserver is warm after the first launch."""
+    kernel = Kernel()
+    yield kernel
+    kernel.close()

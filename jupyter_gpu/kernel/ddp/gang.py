@@ -292,6 +292,16 @@ class Gang:
         return Death(rank, first.pid, first.exitcode, sig if sig != "<N/A>" else None,
                      message, tail(self._stderr.get(rank, "")))
 
+    def death_soon(self, seconds: float = 0.1) -> Death | None:
+        """A death seen within ``seconds``: the usual cause when a peer then fails in a collective."""
+        deadline = time.monotonic() + seconds
+        while not self.closed:
+            death = self.poll_death()
+            if death is not None or time.monotonic() >= deadline:
+                return death
+            time.sleep(0.01)
+        return None
+
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT to the given ranks: a running cell raises KeyboardInterrupt, an idle rank ignores it."""
         for rank, pid in self.pids().items():

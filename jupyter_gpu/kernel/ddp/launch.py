@@ -65,6 +65,8 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
         for seq in (0, 1):  # 0: process group up (or not); 1: the cell
             got = gang.collect(seq, deadline)
             if report.incomplete(got, len(gang.ranks)):
+                if got.failures() and got.death is None:
+                    got.death = gang.death_soon()
                 gang.abort_others()
                 gang.stop(clean=False)
                 raise report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
@@ -72,6 +74,8 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
         gang.remove_logs()
         return {r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None
                 for r in gang.ranks}
+    except DDPError:
+        raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:
         gang.abort_others()
         gang.stop(clean=False)
@@ -110,6 +114,8 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
                 gang.stop(clean=False)
                 raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout)
             time.sleep(0.05)
+    except DDPError:
+        raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:
         gang.stop(clean=False)
         raise report.interrupted(gang.ranks) from None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .errors import DDPError, DDPInterrupted, render
 from .gang import Collected
+from .protocol import Reply
 
 
 def ranks_text(ranks: list[int]) -> str:
@@ -17,28 +18,27 @@ def incomplete(got: Collected, expected: int) -> bool:
 def error_for(got: Collected, ranks: list[int], cell_source: str, label: str,
               timeout: float | None, stopped: bool = True) -> DDPError:
     """Explain why ``got`` is not a full set of successful replies (the ranks are already down)."""
-    silent = [r for r in ranks if r not in got.replies]
+    dead = got.death.rank if got.death is not None else None
+    silent = [r for r in ranks if r not in got.replies and r != dead]
     tail_note = [f"\n({ranks_text(silent)} stopped)\n"] if silent and stopped else []
     failures = got.failures()
+    if got.death is not None:  # a dead rank explains its peers' collective errors, not vice versa
+        death = got.death
+        lines = [death.describe() + "\n"]
+        if death.message:  # a Python traceback from the error file
+            lines += [death.message.rstrip("\n") + "\n"]
+        elif death.stderr_tail:  # a signal or a plain exit: its last words are the best clue
+            lines.append(f"last lines of rank {death.rank}'s stderr:\n")
+            lines += [f"    {line}\n" for line in death.stderr_tail]
+        lines += [f"rank {r.rank} then failed: {_summary(r)}\n" for r in failures]
+        return DDPError(death.describe(), lines + tail_note)
     if failures:
         first = failures[0]
         err = first.error
         lines = [f"Error on rank {first.rank}:\n"]
         lines += render(err, cell_source, label) if err is not None else ["(no traceback)\n"]
-        for other in failures[1:]:
-            summary = other.error.summary if other.error is not None else "failed"
-            lines.append(f"rank {other.rank} also failed: {summary}\n")
-        summary = err.summary if err is not None else "failed"
-        return DDPError(f"rank {first.rank}: {summary}", lines + tail_note)
-    if got.death is not None:
-        death = got.death
-        lines = [death.describe() + "\n"]
-        if death.message:
-            lines += [death.message.rstrip("\n") + "\n"]
-        if death.stderr_tail:
-            lines.append(f"last lines of rank {death.rank}'s stderr:\n")
-            lines += [f"    {line}\n" for line in death.stderr_tail]
-        return DDPError(death.describe(), lines + tail_note)
+        lines += [f"rank {other.rank} also failed: {_summary(other)}\n" for other in failures[1:]]
+        return DDPError(f"rank {first.rank}: {_summary(first)}", lines + tail_note)
     if got.aborted:
         msg = "the ranks of another node failed, so this node's ranks were stopped"
         return DDPError(msg, [msg + "\n"])
@@ -47,6 +47,10 @@ def error_for(got: Collected, ranks: list[int], cell_source: str, label: str,
         return DDPInterrupted(msg, [f"DDPInterrupted: {msg}\n"])
     msg = f"{ranks_text(silent)} exited without reporting back"
     return DDPError(msg, [msg + "\n"])
+
+
+def _summary(reply: Reply) -> str:
+    return reply.error.summary if reply.error is not None else "failed"
 
 
 def interrupted(ranks: list[int]) -> DDPInterrupted:

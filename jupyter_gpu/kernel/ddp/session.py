@@ -145,7 +145,7 @@ class Session:
             return err
         what = "interrupted" if interrupted else f"timed out after {cell.timeout:g} s"
         lines = [f"KeyboardInterrupt: {what}\n"]
-        for reply in got.failures():
+        for reply in sorted(got.failures(), key=lambda r: r.rank):
             frames = reply.error.frames if reply.error else []
             where = f" at line {frames[-1].lineno}" if frames else ""
             lines.append(f"rank {reply.rank} stopped{where}\n")

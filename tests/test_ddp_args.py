@@ -1,0 +1,122 @@
+"""Argument checks of the ddp magics: every bad input is one UsageError, no process started."""
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing import globalipapp
+
+from jupyter_gpu.kernel.ddp import args
+from jupyter_gpu.kernel.ddp.magics import DDPMagics, register
+
+
+def launch(line: str) -> tuple[args.WorkerOptions, args.CellOptions]:
+    ns = args.parse(DDPMagics.ddp_launch, line)
+    options = args.worker_options(ns)
+    return options, args.cell_options(ns, options.nproc * options.nnodes, "_result")
+
+
+def test_defaults() -> None:
+    options, cell = launch("-n 2")
+    assert options == args.WorkerOptions(nproc=2)
+    assert cell == args.CellOptions(return_name="_result", output=(0,))
+
+
+def test_everything_given() -> None:
+    options, cell = launch("--gpus 2,3 --backend nccl --amp bf16 --push model,cfg --return out "
+                           "--timeout 30 --output all --start-method spawn")
+    assert options.nproc == 2 and options.gpus == (2, 3) and options.backend == "nccl"
+    assert options.amp == "bf16" and options.start_method == "spawn"
+    assert cell == args.CellOptions(push=("model", "cfg"), return_name="out", timeout=30, output=None)
+
+
+def test_multi_node() -> None:
+    options, _ = launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
+    assert (options.nnodes, options.rdzv_endpoint, options.node_rank) == (2, "node0:29400", None)
+    options, _ = launch("-n 4 --nnodes 2 --node-rank 1 --rdzv-endpoint node0:29400")
+    assert options.node_rank == 1
+
+
+def test_script_arguments_are_left_alone() -> None:
+    ns = args.parse(DDPMagics.ddp_launch, "-n 2 train.py --lr 0.1 -n 3")
+    assert ns.nproc == 2 and ns.script == "train.py" and ns.script_args == ["--lr", "0.1", "-n", "3"]
+
+
+@pytest.mark.parametrize("line", [
+    "",  # no -n and no --gpus
+    "-n 0",
+    "-n two",
+    "-n 3 --gpus 0,1",
+    "-n 2 --gpus 0,x",
+    "-n 2 --gpus 0,0",
+    "-n 2 --backend mpi",
+    "-n 2 --amp fp8",
+    "-n 2 --nnodes 2",
+    "-n 2 --nnodes 0",
+    "-n 2 --nnodes 2 --rdzv-endpoint node0",
+    "-n 2 --nnodes 2 --rdzv-endpoint node0:99999",
+    "-n 2 --nnodes 2 --node-rank 2 --rdzv-endpoint node0:1",
+    "-n 2 --push 1x",
+    "-n 2 --push a,class",
+    "-n 2 --return a.b",
+    "-n 2 --timeout 0",
+    "-n 2 --output 2",
+    "-n 2 --output 0,-1",
+    "-n 2 --start-method fork",
+    "-n 2 --no-such-option",
+])
+def test_bad_arguments(line: str) -> None:
+    with pytest.raises(UsageError):
+        launch(line)
+
+
+def test_names() -> None:
+    assert args.names("a, b  c", "%ddp_push") == ("a", "b", "c")
+    for bad in ("", "a-b", "for"):
+        with pytest.raises(UsageError):
+            args.names(bad, "%ddp_push")
+
+
+def get_ipython():  # type: ignore[no-untyped-def]
+    """The shared test shell (start_ipython returns it only on its first call)."""
+    globalipapp.start_ipython()
+    return globalipapp.get_ipython()
+
+
+@pytest.fixture()
+def ip():  # type: ignore[no-untyped-def]
+    shell = get_ipython()
+    undo = register(shell)
+    yield shell
+    undo()
+
+
+@pytest.mark.parametrize(("kind", "line", "cell"), [
+    ("cell", "ddp_launch -n 2 extra.py", "x = 1"),
+    ("line", "ddp_launch -n 2", None),
+    ("line", "ddp_launch -n 2 --push a script.py", None),
+    ("cell", "ddp_launch -n 2 --push not_defined_anywhere", "x = 1"),
+    ("cell", "ddp", "x = 1"),  # no session
+    ("line", "ddp_push a", None),
+    ("line", "ddp_pull", None),
+    ("line", "ddp_restart", None),
+    ("line", "ddp_launch -n 2 /no/such/script.py", None),
+])
+def test_magics_refuse_before_starting_anything(ip, kind: str, line: str, cell: str | None) -> None:  # type: ignore[no-untyped-def]
+    name, _, rest = line.partition(" ")
+    with pytest.raises(UsageError):
+        if kind == "cell":
+            ip.run_cell_magic(name, rest, cell)
+        else:
+            ip.run_line_magic(name, rest)
+
+
+def test_unregister_removes_every_magic() -> None:
+    shell = get_ipython()
+    undo = register(shell)
+    names = {"ddp_launch", "ddp_start", "ddp", "ddp_push", "ddp_pull", "ddp_status", "ddp_stop",
+             "ddp_restart"}
+    registered = set(shell.magics_manager.magics["line"]) | set(shell.magics_manager.magics["cell"])
+    assert names <= registered
+    undo()
+    registered = set(shell.magics_manager.magics["line"]) | set(shell.magics_manager.magics["cell"])
+    assert not names & registered

@@ -1,0 +1,164 @@
+"""``%%ddp_launch`` in a real kernel on CPU with gloo: output, results, errors, teardown."""
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+from _ddp_kernel import Kernel, ddp_kernel, rank_processes, wait_gone  # noqa: F401 - fixture
+
+ALL_REDUCE = """%%ddp_launch -n 2 --output all
+print(f"hello from {RANK} of {WORLD_SIZE} on {device}")
+x = torch.ones(2) * (RANK + 1)
+dist.all_reduce(x)
+_result = x
+"""
+
+
+def test_output_of_each_rank_reaches_the_launching_cell(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run(ALL_REDUCE)
+    assert cell.error is None, cell.traceback
+    lines = sorted(cell.stdout.splitlines())
+    assert lines == ["[rank 0] hello from 0 of 2 on cpu", "[rank 1] hello from 1 of 2 on cpu"]
+    streams = [m for m in ddp_kernel.iopub if m["msg_type"] == "stream" and "hello from" in m["content"]["text"]]
+    assert streams and all(m["parent_header"]["msg_id"] == cell.msg_id for m in streams)
+
+
+def test_results_come_back_as_a_dict_of_cpu_values(ddp_kernel: Kernel) -> None:
+    ddp_kernel.run(ALL_REDUCE)
+    cell = ddp_kernel.run("print({r: (t.tolist(), t.device.type) for r, t in _ddp.items()})")
+    assert cell.stdout.strip() == "{0: ([3.0, 3.0], 'cpu'), 1: ([3.0, 3.0], 'cpu')}"
+
+
+def test_only_rank_0_is_shown_by_default_and_return_names_another_variable(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run("%%ddp_launch -n 2 --return out\nprint('rank', RANK)\nout = RANK * 10\n")
+    assert cell.stdout == "rank 0\n"
+    assert ddp_kernel.run("print(_ddp)").stdout.strip() == "{0: 0, 1: 10}"
+
+
+def test_notebook_functions_and_classes_travel_with_push(ddp_kernel: Kernel) -> None:
+    ddp_kernel.run("class Scale:\n    def __init__(self, k):\n        self.k = k\n"
+                   "def double(v):\n    return 2 * v\nscale = Scale(5)\n")
+    cell = ddp_kernel.run("%%ddp_launch -n 2 --push double,scale\n_result = double(scale.k) + RANK\n")
+    assert cell.error is None, cell.traceback
+    assert ddp_kernel.run("print(_ddp)").stdout.strip() == "{0: 10, 1: 11}"
+
+
+def test_a_non_picklable_object_is_named(ddp_kernel: Kernel) -> None:
+    ddp_kernel.run("import threading\nlock = threading.Lock()")
+    cell = ddp_kernel.run("%%ddp_launch -n 2 --push lock\nprint(lock)\n")
+    assert cell.error is not None and "cannot send 'lock'" in cell.traceback
+
+
+def test_a_raising_rank_shows_its_traceback_with_cell_lines_and_stops_the_others(ddp_kernel: Kernel) -> None:
+    started = time.monotonic()
+    cell = ddp_kernel.run(textwrap.dedent("""\
+        %%ddp_launch -n 2
+        def check(v):
+            if v == 1:
+                raise ValueError(f"bad value on rank {v}")
+        check(RANK)
+        dist.barrier()
+        """))
+    elapsed = time.monotonic() - started
+    assert cell.error is not None and cell.error["ename"] == "DDPError"
+    tb = cell.traceback
+    assert "Error on rank 1:" in tb
+    assert "Cell In[" in tb and "line 5\n    check(RANK)" in tb
+    assert "line 4, in check\n    raise ValueError(f\"bad value on rank {v}\")" in tb
+    assert tb.rstrip().endswith("(rank 0 stopped)")
+    assert "ValueError: bad value on rank 1" in tb
+    assert "jupyter_gpu" not in tb  # no launcher internals
+    assert elapsed < 5, f"took {elapsed:.1f} s"
+    assert rank_processes(ddp_kernel.pid) == []
+
+
+def test_a_rank_killed_by_a_signal_is_reported_as_such(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run(textwrap.dedent("""\
+        %%ddp_launch -n 2
+        import os, signal, sys
+        if RANK == 1:
+            print("about to die", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.barrier()
+        """))
+    assert cell.error is not None
+    assert "rank 1 (pid" in cell.traceback and "killed by SIGKILL (out of memory?)" in cell.traceback
+    assert "about to die" in cell.traceback  # the last lines of its stderr
+    assert wait_gone([p.pid for p in rank_processes(ddp_kernel.pid)], 5) == []
+
+
+def test_interrupt_stops_every_rank(ddp_kernel: Kernel) -> None:
+    msg_id = ddp_kernel.submit("%%ddp_launch -n 2\nimport time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    ddp_kernel.wait_for_text(msg_id, "started")
+    pids = [p.pid for p in rank_processes(ddp_kernel.pid)]
+    assert len(pids) == 2
+    ddp_kernel.km.interrupt_kernel()
+    messages = ddp_kernel.wait(msg_id, timeout=15)
+    errors = [m["content"] for m in messages if m["msg_type"] == "error"]
+    assert errors and errors[0]["ename"] == "DDPInterrupted"
+    assert "stopped ranks 0, 1" in "\n".join(errors[0]["traceback"])
+    assert wait_gone(pids, 5) == []
+    assert rank_processes(ddp_kernel.pid) == []
+
+
+def test_timeout_stops_the_ranks(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run("%%ddp_launch -n 2 --timeout 1\nimport time\ntime.sleep(60)\n", timeout=30)
+    assert cell.error is not None and "timed out after 1 s" in cell.traceback
+    assert rank_processes(ddp_kernel.pid) == []
+
+
+def test_bad_arguments_are_a_usage_error(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run("%%ddp_launch -n 2 --output 7\nprint(1)\n")
+    # IPython prints a UsageError as one stderr line, without a traceback
+    assert cell.stderr.startswith("UsageError: --output lists rank 7 but there are 2 ranks")
+    assert cell.stdout == ""
+
+
+def test_a_syntax_error_is_shown_before_any_rank_starts(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run("%%ddp_launch -n 2\nx = 1\ny = (\n")
+    assert cell.error is not None and cell.error["ename"] == "SyntaxError"
+    assert rank_processes(ddp_kernel.pid) == []
+
+
+def test_script_runs_like_torchrun_and_its_error_is_shown(ddp_kernel: Kernel, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import os, sys
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        x = torch.ones(1)
+        dist.all_reduce(x)
+        print(os.environ["RANK"], os.environ["LOCAL_WORLD_SIZE"], sys.argv[1:], x.item())
+        if "--fail" in sys.argv and dist.get_rank() == 1:
+            raise RuntimeError("script failed")
+        dist.destroy_process_group()
+        """))
+    cell = ddp_kernel.run(f"%ddp_launch -n 2 --output all {script} --epochs 3 --fail")
+    assert sorted(cell.stdout.splitlines()) == [
+        "[rank 0] 0 2 ['--epochs', '3', '--fail'] 2.0", "[rank 1] 1 2 ['--epochs', '3', '--fail'] 2.0"]
+    assert cell.error is not None
+    assert "rank 1 (pid" in cell.traceback and "exited with code 1" in cell.traceback
+    assert f'File "{script}", line 8, in <module>' in cell.traceback
+    assert "RuntimeError: script failed" in cell.traceback
+    assert "runpy" not in cell.traceback
+
+
+def test_two_notebooks_launch_at_the_same_time(ddp_kernel: Kernel) -> None:
+    other = Kernel()
+    try:
+        cells = {k: k.submit(f"%%ddp_launch -n 2 --output all\nx = torch.full((1,), {i}.0)\n"
+                             "dist.all_reduce(x)\nprint('sum', x.item())\n")
+                 for i, k in enumerate((ddp_kernel, other), start=1)}
+        for k, msg_id in cells.items():
+            k.wait(msg_id)
+        assert sorted(Cell_stdout(ddp_kernel, cells[ddp_kernel]).splitlines()) == ["[rank 0] sum 2.0", "[rank 1] sum 2.0"]
+        assert sorted(Cell_stdout(other, cells[other]).splitlines()) == ["[rank 0] sum 4.0", "[rank 1] sum 4.0"]
+    finally:
+        other.close()
+
+
+def Cell_stdout(kernel: Kernel, msg_id: str) -> str:
+    from _ddp_kernel import Cell
+
+    return Cell(kernel, msg_id).stdout
