@@ -357,17 +357,23 @@ def test_gpu_nvml_matches_nvidia_smi(ip) -> None:
 @pytest.mark.gpu
 def test_gpu_real_oom_names_the_other_process(ip) -> None:
     torch = _cuda_torch()
-    hog = subprocess.Popen(
-        [sys.executable, "-c", "import torch, time; x = torch.empty(8 * 1024**3, dtype=torch.uint8, "
-         "device='cuda:0'); print('ready', flush=True); time.sleep(300)"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]},
+    device = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    hog_code = (
+        "import torch, time; x = torch.empty(8 * 1024**3, dtype=torch.uint8, device='cuda:0'); "
+        "print('ready', flush=True); time.sleep(300)"
     )
+    # Through a shell that exits at once: a child of this process would count as this kernel.
+    shell = subprocess.Popen(
+        ["sh", "-c", f"CUDA_VISIBLE_DEVICES={device} {sys.executable} -c \"{hog_code}\" & echo $!"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    hog = psutil.Process(int(shell.stdout.readline()))
     try:
-        assert hog.stdout.readline().strip() == "ready"
+        assert shell.stdout.readline().strip() == "ready"
         free, total = torch.cuda.mem_get_info(0)
         out = _run(ip, f"import torch\nx = torch.empty({free + 2 * 1024**3}, dtype=torch.uint8, device='cuda:0')")
     finally:
         hog.kill()
-        hog.wait()
+        shell.wait()
     assert "OutOfMemoryError" in out and "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
     assert f"pid {hog.pid}:" in out and "Other processes hold" in out
