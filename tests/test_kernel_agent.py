@@ -114,6 +114,16 @@ def test_cuda_figures_from_fixture(agent, monkeypatch) -> None:
     assert cuda.calls["_snapshot"] == 0
 
 
+def test_emptied_cache_reads_zero_segments(agent, monkeypatch) -> None:
+    cuda = FakeCuda()
+    cuda.segments = []
+    install(monkeypatch, cuda)
+    a = agent()
+    a.publish()
+    d = _read(a.path)["devices"][0]
+    assert d["segments"] == 0 and d["largest_free_block_bytes"] == {"large": 0, "small": 0}
+
+
 def test_older_torch_uses_private_snapshot(agent, monkeypatch) -> None:
     cuda = FakeCuda(include_traces=False)
     install(monkeypatch, cuda)

@@ -101,8 +101,8 @@ class KernelAgent(Configurable):
             return
         cost = time.monotonic() - started
         self._next_snapshot = started + max(self.snapshot_interval, cost / SNAPSHOT_MAX_DUTY)
-        devices = {segment.get("device", 0) for segment in segments}
-        self._snapshot = {d: summarize_snapshot(segments, d) for d in devices}
+        # Every device, so that one whose cache was emptied reads 0 segments, not "unknown".
+        self._snapshot = {d: summarize_snapshot(segments, d) for d in range(torch.cuda.device_count())}
         self._snapshot_time = self.clock()
 
     # -- writing -------------------------------------------------------------------------
