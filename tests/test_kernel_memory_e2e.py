@@ -20,8 +20,11 @@ def kernel_env(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
-async def execute(kernel, code: str) -> tuple[str, str]:
-    """Run code in a server-managed kernel; its stdout and, if it failed, the traceback."""
+async def execute(kernel, code: str, order: list[str] | None = None) -> tuple[str, str]:
+    """Run code in a server-managed kernel; its stdout and, if it failed, the traceback.
+
+    ``order`` receives the types of the output messages as they arrived.
+    """
     client = kernel.client()
     client.start_channels()
     try:
@@ -32,6 +35,8 @@ async def execute(kernel, code: str) -> tuple[str, str]:
             msg = await client.get_iopub_msg(timeout=120)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
+            if order is not None and msg["msg_type"] in ("stream", "error"):
+                order.append(msg["msg_type"])
             if msg["msg_type"] == "stream":
                 out += msg["content"]["text"]
             elif msg["msg_type"] == "error":
@@ -67,6 +72,16 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
     assert read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats is None
     path = Path(jp_serverapp.runtime_dir) / f"jupyter_gpu-kernel-{kernel_id}.json"
     await poll(lambda: not path.exists())
+
+
+async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp, kernel_env):
+    kernel = jp_serverapp.kernel_manager.get_kernel(await start_notebook_kernel(jp_fetch, "oom.ipynb"))
+    order: list[str] = []
+    message = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 3.00 GiB is free."
+    out, error = await execute(kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})", order)
+    assert "OutOfMemoryError" in error and message in error
+    assert "Asked for 20.00 GiB; the GPU had 3.00 GiB free of 139.80 GiB." in out
+    assert order == ["error", "stream"]
 
 
 @pytest.mark.gpu
