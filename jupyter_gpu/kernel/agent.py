@@ -99,11 +99,16 @@ class KernelAgent(Configurable):
             self._warn("snapshot failed", error)
             self._next_snapshot = started + SNAPSHOT_RETRY
             return
-        cost = time.monotonic() - started
-        self._next_snapshot = started + max(self.snapshot_interval, cost / SNAPSHOT_MAX_DUTY)
+        by_device: dict[int, list[dict[str, Any]]] = {}
+        for segment in segments:
+            by_device.setdefault(segment.get("device", 0), []).append(segment)
         # Every device, so that one whose cache was emptied reads 0 segments, not "unknown".
-        self._snapshot = {d: summarize_snapshot(segments, d) for d in range(torch.cuda.device_count())}
+        self._snapshot = {
+            d: summarize_snapshot(by_device.get(d, [])) for d in range(torch.cuda.device_count())
+        }
         self._snapshot_time = self.clock()
+        cost = time.monotonic() - started  # the snapshot and walking its blocks
+        self._next_snapshot = started + max(self.snapshot_interval, cost / SNAPSHOT_MAX_DUTY)
 
     # -- writing -------------------------------------------------------------------------
 
