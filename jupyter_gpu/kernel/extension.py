@@ -17,6 +17,9 @@ FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.agent",
     "jupyter_gpu.kernel.memory_magic",
     "jupyter_gpu.kernel.oom",
+    "jupyter_gpu.kernel.amp",
+    "jupyter_gpu.kernel.warmup",
+    "jupyter_gpu.kernel.doctor.magic",
     "jupyter_gpu.kernel.ddp.magics",
 )
 

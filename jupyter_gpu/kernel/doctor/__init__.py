@@ -1,0 +1,24 @@
+"""Why can't torch use a GPU here? ``diagnose()`` answers without creating a CUDA context.
+
+Used by ``%gpu_doctor``, by ``%gpu_warmup`` when there is nothing to warm, and by anything else
+that needs the one-line verdict (the sidebar, a CLI). Importing this package imports neither
+torch nor IPython.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .checks import Check, Status
+from .facts import Facts, gather
+from .report import Report, evaluate
+
+__all__ = ["Check", "Facts", "Report", "Status", "diagnose", "evaluate", "gather"]
+
+
+def diagnose(env: Mapping[str, str] | None = None, **seams: Any) -> Report:
+    """Gather the facts (see ``gather`` for its seams) and check them.
+
+    Blocks for a few seconds when torch must be asked in a child process (torch not yet imported
+    here, or CUDA not yet initialised): call it off any event loop.
+    """
+    return evaluate(gather(env, **seams))

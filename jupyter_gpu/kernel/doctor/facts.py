@@ -1,0 +1,175 @@
+"""Everything the doctor looks at, gathered once, so that the checks themselves stay pure.
+
+Each source is a seam (an environment mapping, a root directory for /proc and /dev, callables for
+NVML, torch, /dev/shm, installed distributions and running servers), so tests and other callers
+(the server, a CLI) can substitute any of them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field, fields
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..torch_state import torch_in_use
+from . import probe
+from .nvmlinfo import NvmlInfo, read_nvml
+from .servers import ServerProbe, probe_servers
+
+# Distributions whose presence or absence is a finding (or goes into a fix's pip command).
+WATCHED_DISTRIBUTIONS = ("torch", "torchvision", "torchaudio", "nvidia-ml-py", "pynvml", "nvidia-ml-py3")
+PROBE_TIMEOUT_S = 90.0
+# The only variables the checks read; the rest of the environment (tokens, keys) stays out of
+# reports, which end up in notebooks, logs and the sidebar.
+RELEVANT_ENV = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING", "NVIDIA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK",
+)
+
+
+@dataclass
+class TorchInfo:
+    """torch's own view; see probe.py. Runtime fields stay None when nobody asked CUDA."""
+
+    installed: bool | None = None  # None: the probe could not tell
+    executable: str | None = None
+    import_error: str | None = None
+    version: str | None = None
+    cuda: str | None = None
+    hip: str | None = None
+    arch_list: list[str] = field(default_factory=list)
+    matmul_precision: str | None = None
+    cudnn_allow_tf32: bool | None = None
+    cuda_initialized: bool = False
+    cudnn_available: bool | None = None
+    cudnn_version: int | None = None
+    cudnn_error: str | None = None
+    distributed_available: bool | None = None
+    nccl_available: bool | None = None
+    nccl_version: str | None = None
+    runtime_probed: bool = False
+    runtime_error: str | None = None
+    available: bool | None = None
+    device_count: int | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    init_warnings: list[str] = field(default_factory=list)
+    source: str = "kernel"  # where the runtime facts came from: "kernel" or "subprocess"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TorchInfo:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class ShmInfo:
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass
+class Facts:
+    env: dict[str, str]  # only RELEVANT_ENV
+    torch: TorchInfo
+    nvml: NvmlInfo
+    driver_proc: str | None = None  # first line of /proc/driver/nvidia/version
+    dev_nodes: list[str] = field(default_factory=list)
+    shm: ShmInfo | None = None
+    distributions: dict[str, str] = field(default_factory=dict)
+    servers: list[ServerProbe] | None = None  # None: not looked for
+
+
+def _child_facts(env: Mapping[str, str], python: str) -> dict[str, Any]:
+    """Run probe.py in a fresh interpreter with the given environment."""
+    code = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+    try:
+        done = subprocess.run(
+            [python, "-c", code, probe.__file__],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"runtime_error": f"the torch probe did not finish: {error}"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"runtime_error": f"the torch probe failed (exit {done.returncode}): {tail}"}
+    return {**json.loads(lines[-1]), "source": "subprocess"}
+
+
+def read_torch(env: Mapping[str, str], allow_cuda_init: bool = False, python: str = sys.executable) -> TorchInfo:
+    """torch's facts without initialising CUDA in this process, unless it already is (or may be).
+
+    Build facts and settings come from this process when torch is imported here (the user may
+    have changed TF32 flags); whether CUDA works comes from a child process unless CUDA is
+    already initialised here or ``allow_cuda_init`` says the caller is about to do it anyway.
+    """
+    if allow_cuda_init or torch_in_use() is not None:
+        return TorchInfo.from_dict(probe.torch_facts(runtime=True))
+    torch = sys.modules.get("torch")
+    child = _child_facts(env, python)
+    if torch is None:
+        return TorchInfo.from_dict(child)
+    runtime = ("runtime_probed", "runtime_error", "available", "device_count", "devices", "init_warnings", "source")
+    return TorchInfo.from_dict(probe.build_facts(torch) | {k: child[k] for k in runtime if k in child})
+
+
+def read_shm(path: str = "/dev/shm") -> ShmInfo | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return ShmInfo(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+def read_distributions(names: tuple[str, ...] = WATCHED_DISTRIBUTIONS) -> dict[str, str]:
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def read_driver_proc(root: Path) -> str | None:
+    try:
+        text = (root / "proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    return text.splitlines()[0].strip() if text.strip() else None
+
+
+def gather(
+    env: Mapping[str, str] | None = None,
+    *,
+    allow_cuda_init: bool = False,
+    check_server: bool = True,
+    root: Path = Path("/"),
+    nvml_reader: Callable[[], NvmlInfo] = read_nvml,
+    torch_reader: Callable[[Mapping[str, str]], TorchInfo] | None = None,
+    shm_reader: Callable[[], ShmInfo | None] | None = None,
+    distributions_reader: Callable[[], dict[str, str]] = read_distributions,
+    servers_reader: Callable[[], list[ServerProbe] | None] = probe_servers,
+) -> Facts:
+    """Collect every fact once. Takes a few seconds when torch has to be asked in a child."""
+    env = dict(os.environ if env is None else env)
+    torch_info = (
+        torch_reader(env) if torch_reader else read_torch(env, allow_cuda_init=allow_cuda_init)
+    )
+    return Facts(
+        env={k: env[k] for k in RELEVANT_ENV if k in env},
+        torch=torch_info,
+        nvml=nvml_reader(),
+        driver_proc=read_driver_proc(root),
+        dev_nodes=sorted(p.name for p in (root / "dev").glob("nvidia*")),
+        shm=shm_reader() if shm_reader else read_shm(str(root / "dev/shm")),
+        distributions=distributions_reader(),
+        servers=servers_reader() if check_server else None,
+    )

@@ -1,0 +1,44 @@
+"""``%gpu_doctor``: the checklist in a notebook (HTML), a terminal (text) or for programs (JSON)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from ..extension import unregister_magics
+from . import diagnose
+
+
+@magics_class
+class DoctorMagics(Magics):
+    @magic_arguments()
+    @argument("--json", action="store_true", help="print the report as JSON, for programs")
+    @argument("--no-server", action="store_true", help="do not look for the jupyter_gpu server extension")
+    @line_magic
+    def gpu_doctor(self, line: str) -> None:
+        """Explain why torch cannot use a GPU in this kernel, or confirm that it can.
+
+        A checklist (OK / INFO / WARN / FAIL, each problem with a concrete fix) under a one-line
+        verdict: torch's build, the NVIDIA driver and its CUDA version, CUDA_VISIBLE_DEVICES,
+        GPU architecture, ECC, MIG, allocator settings, cuDNN, NCCL, TF32, /dev/shm, the NVML
+        bindings, and whether the jupyter_gpu server extension answers.
+
+        It never starts CUDA in this kernel: NVML and the environment come first, and unless this
+        kernel has already initialised CUDA, torch is asked in a short-lived child process (a few
+        seconds).
+        """
+        args = parse_argstring(self.gpu_doctor, line)
+        report = diagnose(check_server=not args.no_server)
+        if args.json:
+            print(report.to_json())
+        else:
+            display(report)
+
+
+def register(ipython: InteractiveShell) -> Callable[[], None]:
+    magics = DoctorMagics(ipython)
+    ipython.register_magics(magics)
+    return lambda: unregister_magics(ipython, magics)

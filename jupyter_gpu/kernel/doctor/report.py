@@ -1,0 +1,73 @@
+"""A doctor's report: the checklist plus a one-line verdict that other parts of the package reuse."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .checks import Check, Status, count_names, run_checks
+from .facts import Facts
+
+_SEVERITY = {Status.OK: 0, Status.INFO: 1, Status.WARN: 2, Status.FAIL: 3}
+
+
+@dataclass
+class Report:
+    """``verdict`` is one line; ``primary`` is the check it came from (None when all is well)."""
+
+    checks: list[Check]
+    verdict: str
+    cuda_ready: bool
+    primary: Check | None
+    facts: Facts
+
+    @property
+    def status(self) -> Status:
+        return max((c.status for c in self.checks), key=_SEVERITY.__getitem__, default=Status.OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "cuda_ready": self.cuda_ready,
+            "status": self.status.value,
+            "primary": self.primary.id if self.primary else None,
+            "checks": [dataclasses.asdict(c) | {"status": c.status.value} for c in self.checks],
+            "facts": dataclasses.asdict(self.facts),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def _repr_html_(self) -> str:
+        from .render import render_html
+
+        return render_html(self)
+
+    def __str__(self) -> str:
+        from .render import render_text
+
+        return render_text(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def evaluate(facts: Facts) -> Report:
+    """Run the checks over gathered facts and decide the verdict."""
+    checks = run_checks(facts)
+    fails = [c for c in checks if c.status is Status.FAIL]
+    warns = [c for c in checks if c.status is Status.WARN]
+    t = facts.torch
+    if t.available:
+        verdict = f"CUDA ready: {count_names(d['name'] for d in t.devices)}, torch {t.version}"
+        if facts.nvml.driver_version:
+            verdict += f", driver {facts.nvml.driver_version}"
+        if fails:
+            return Report(checks, f"{verdict}; but {fails[0].summary}", True, fails[0], facts)
+        if warns:
+            verdict += f" ({len(warns)} warning{'s' if len(warns) > 1 else ''})"
+        return Report(checks, verdict, True, None, facts)
+    primary = (fails or warns or [None])[0]
+    reason = primary.summary if primary else "torch reports no usable GPU"
+    return Report(checks, f"No GPU: {reason}", False, primary, facts)

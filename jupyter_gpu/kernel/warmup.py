@@ -1,0 +1,332 @@
+"""``%gpu_warmup`` and ``%%gpu_warmup``: pay CUDA's one-time start-up costs before the first real step.
+
+Under lazy module loading each kernel family loads on first use; cuBLAS, cuBLASLt, cuDNN and
+attention build handles and choose algorithms on their first call; the first optimizer
+constructor imports ``torch._dynamo`` (seconds of CPU). A warm-up moves those costs to a moment
+the user picks: it does not remove them, and it cannot load the kernels of a particular model,
+which is what the cell form (run the user's own step once) is for.
+It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times larger.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from .cellexec import run_source
+from .extension import unregister_magics
+
+# Warmth belongs to the process (CUDA state is per process), not to one extension load.
+_first_warmup_ms: dict[int, float] = {}
+_FORK_LAUNCHERS = {
+    "accelerate": "accelerate's notebook_launcher",
+    "lightning": "Lightning's ddp_notebook",
+    "pytorch_lightning": "Lightning's ddp_notebook",
+    "ignite": "ignite's Parallel",
+}
+
+
+@dataclass
+class Step:
+    name: str
+    ms: float
+    error: str | None = None
+
+
+@dataclass
+class Section:
+    """One table block: a device's warm-up steps, or a cell's cold and warm runs."""
+
+    title: str
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    has_total: bool = True  # a cell's cold and warm runs do not add up to anything
+
+    @property
+    def total_ms(self) -> float:
+        return sum(s.ms for s in self.steps)
+
+
+@dataclass
+class WarmupReport:
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [
+            f"{s.title} warm in {s.total_ms:,.0f} ms" if s.has_total
+            else f"{s.title}: " + ", ".join(f"{step.name} {step.ms:,.0f} ms" for step in s.steps)
+            for s in self.sections
+        ]
+        return "gpu_warmup: " + "; ".join(parts)
+
+    def __str__(self) -> str:
+        lines = []
+        for s in self.sections:
+            lines.append(s.title)
+            for step in s.steps:
+                lines.append(f"  {step.name:<44} {step.ms:>10,.1f} ms" + (f"  FAILED: {step.error}" if step.error else ""))
+            if s.has_total:
+                lines.append(f"  {'total':<44} {s.total_ms:>10,.1f} ms")
+            lines += [f"  {n}" for n in s.notes]
+        return "\n".join(lines + self.notes)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for s in self.sections:
+            rows.append(f'<tr><th colspan="2" style="text-align:left">{escape(s.title)}</th></tr>')
+            for step in s.steps:
+                failed = f' <span style="color:#c62828">failed: {escape(step.error)}</span>' if step.error else ""
+                rows.append(f'<tr><td style="text-align:left">{escape(step.name)}{failed}</td>'
+                            f'<td style="text-align:right">{step.ms:,.1f} ms</td></tr>')
+            if s.has_total:
+                rows.append(f'<tr><td style="text-align:left"><b>total</b></td>'
+                            f'<td style="text-align:right"><b>{s.total_ms:,.1f} ms</b></td></tr>')
+            rows += [f'<tr><td colspan="2" style="text-align:left">{escape(n)}</td></tr>' for n in s.notes]
+        notes = "".join(f"<p>{escape(n)}</p>" for n in self.notes)
+        return f'<div class="jupyter-gpu-warmup"><table>{"".join(rows)}</table>{notes}</div>'
+
+
+def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str, Callable[[], None]]]:
+    """The warm-up, as (label, action) pairs for one device; each action touches one library."""
+    F = torch.nn.functional
+    dev = torch.device("cuda", index)
+    major, _ = torch.cuda.get_device_capability(index)
+    low = torch.bfloat16 if major >= 8 else torch.float16  # bf16 only where the GPU has it
+    halves = [torch.float16] + ([torch.bfloat16] if major >= 8 else [])
+    low_name = str(low).removeprefix("torch.")
+
+    def randn(*shape: int, dtype: Any = torch.float32) -> Any:
+        return torch.randn(*shape, device=dev, dtype=dtype)
+
+    def elementwise() -> None:
+        x = randn(1 << 16)
+        (x * 2 + 1).relu_().sum().item()
+        torch.rand(1024, device=dev).max().item()
+
+    def matmul(dtype: Any) -> Callable[[], None]:
+        return lambda: randn(256, 256, dtype=dtype) @ randn(256, 256, dtype=dtype)
+
+    def linear() -> None:
+        for dtype in halves:
+            F.linear(randn(64, 256, dtype=dtype), randn(256, 256, dtype=dtype), randn(256, dtype=dtype))
+
+    def conv() -> None:
+        y = F.conv2d(randn(8, 3, 32, 32), randn(16, 3, 3, 3), padding=1)
+        F.adaptive_avg_pool2d(F.relu(F.batch_norm(y, None, None, training=True)), 1)
+
+    def conv_autocast() -> None:
+        with torch.autocast("cuda", dtype=low):
+            conv()
+
+    def attention() -> None:
+        q = randn(2, 4, 128, 64, dtype=low)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    def train_step() -> None:
+        nn = torch.nn
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10),
+        ).to(dev)
+        opt = torch.optim.AdamW(model.parameters())
+        with torch.autocast("cuda", dtype=low):
+            loss = F.cross_entropy(model(randn(4, 3, 16, 16)), torch.randint(0, 10, (4,), device=dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    steps = [
+        ("context", lambda: torch.empty(1, device=dev)),
+        ("elementwise, reduction, RNG", elementwise),
+        *[(f"matmul {str(d).removeprefix('torch.')} (cuBLAS)", matmul(d)) for d in [torch.float32, *halves]],
+        ("linear with bias, half precision (cuBLASLt)", linear),
+        ("conv2d + batchnorm fp32 (cuDNN)", conv),
+        (f"conv2d + batchnorm under {low_name} autocast", conv_autocast),
+        (f"scaled-dot-product attention {low_name}", attention),
+        ("backward + AdamW step (first AdamW imports torch._dynamo)", train_step),
+    ]
+    if nccl:
+        steps.append(("NCCL communicator (this process only)",
+                      lambda: torch.cuda.nccl.all_reduce([torch.ones(1, device=dev)])))
+    if compile:
+        steps.append(("torch.compile (Dynamo, Inductor, Triton)",
+                      lambda: torch.compile(lambda x: F.gelu(x) * 2 + 1)(randn(64, 64))))
+    return steps
+
+
+def _process_memory(torch: Any, index: int) -> int | None:
+    """This process's memory on the GPU as NVML counts it (context included), if NVML can say."""
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    if uuid is None:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")  # torch's UUID lacks the prefix
+        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+        return used[0] if used else None
+    except pynvml.NVMLError:  # e.g. a MIG instance, whose UUID is not a GPU's
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = False) -> Section:
+    """Run every step on one device, timing each (synchronised) and carrying on past failures."""
+    section = Section(f"cuda:{index}")
+    with torch.cuda.device(index):
+        for name, action in _steps(torch, index, nccl, compile):
+            start = time.perf_counter()
+            error = None
+            try:
+                action()
+                torch.cuda.synchronize(index)
+            except Exception as exc:  # one library failing must not hide what the others cost
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            section.steps.append(Step(name, (time.perf_counter() - start) * 1e3, error))
+            if error and name == "context":
+                break
+    section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    reserved = torch.cuda.memory_reserved(index)
+    used = _process_memory(torch, index)
+    memory = f"allocator cache {reserved / 2**20:,.0f} MiB"
+    if used is not None:
+        memory += f"; this process holds {used / 2**20:,.0f} MiB on the GPU (CUDA context included)"
+    section.notes.append(memory)
+    first = _first_warmup_ms.get(index)
+    if first is None:
+        _first_warmup_ms[index] = section.total_ms
+    else:
+        section.notes.append(f"already warm: the first warm-up in this process took {first:,.0f} ms")
+    return section
+
+
+def warm_up(devices: list[int], nccl: bool = False, compile: bool = False) -> WarmupReport:
+    """Warm each device in turn; usable without IPython (scripts, benchmarks)."""
+    import torch
+
+    report = WarmupReport([warm_device(torch, i, nccl, compile) for i in devices])
+    launchers = sorted({v for k, v in _FORK_LAUNCHERS.items() if k in sys.modules})
+    if launchers:
+        report.notes.append(
+            f"CUDA is now initialised in this kernel, so fork-based launchers ({', '.join(launchers)}) "
+            "will refuse to start; %ddp_launch spawns its workers instead."
+        )
+    return report
+
+
+def _parse_devices(text: str | None, torch: Any) -> list[int]:
+    count = torch.cuda.device_count()
+    if text is None:
+        return [torch.cuda.current_device()]
+    if text.strip() == "all":
+        return list(range(count))
+    indices = [t.strip() for t in text.split(",") if t.strip()]
+    if not indices or not all(t.isdigit() and int(t) < count for t in indices):
+        raise UsageError(
+            f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by commas, or 'all' "
+            f"(this kernel sees {count} GPU{'s' if count != 1 else ''})."
+        )
+    return list(dict.fromkeys(int(t) for t in indices))
+
+
+def _no_gpu_reason() -> str | None:
+    """None when CUDA works; otherwise the doctor's one-line verdict."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+    except ImportError:
+        pass
+    from .doctor import diagnose
+
+    return diagnose(allow_cuda_init=True, check_server=False).verdict
+
+
+@magics_class
+class WarmupMagics(Magics):
+    @magic_arguments()
+    @argument("--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)")
+    @argument("--nccl", action="store_true", help="also start an NCCL communicator (in this process only)")
+    @argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
+    @argument("--repeat", type=int, default=1, help="cell form: warm runs after the cold one (default 1)")
+    @argument("--quiet", action="store_true", help="print one line instead of the table")
+    @line_cell_magic
+    def gpu_warmup(self, line: str, cell: str | None = None) -> None:
+        """Pay CUDA's start-up costs now, so that the first real step is not mysteriously slow.
+
+        ``%gpu_warmup [--devices 0,1|all] [--nccl] [--compile] [--quiet]`` runs, per device: the
+        CUDA context, elementwise/reduction/RNG kernels, a matmul in each dtype, a linear layer
+        with bias, conv2d + batchnorm in fp32 and under bf16 autocast, scaled-dot-product
+        attention, and a tiny backward pass with an AdamW step; then shows what each cost. A
+        second call is near free and says so.
+
+        ``%%gpu_warmup [--repeat N]`` runs the cell itself once cold and N times warm (write it
+        so that running it more than once is harmless, e.g. a step on a dummy batch): the only
+        way to load the kernels of your own model. It reports the cold and warm times.
+
+        Without a usable GPU it prints the doctor's one-line verdict and does nothing else.
+        After a warm-up CUDA is initialised in this kernel, as after any CUDA call.
+        """
+        __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
+        args = parse_argstring(self.gpu_warmup, line)
+        if args.repeat < 1:
+            raise UsageError("--repeat must be 1 or more.")
+        reason = _no_gpu_reason()
+        if reason is not None:
+            print(f"gpu_warmup: nothing to warm. {reason}. Run %gpu_doctor for the fix.")
+            return
+        import torch
+
+        devices = _parse_devices(args.devices, torch)
+        if cell is None:
+            report = warm_up(devices, nccl=args.nccl, compile=args.compile)
+        else:
+            report = WarmupReport([self._time_cell(torch, cell, devices, args.repeat)])
+        if args.quiet:
+            print(report.summary())
+        else:
+            display(report)
+
+    def _time_cell(self, torch: Any, cell: str, devices: list[int], repeat: int) -> Section:
+        __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
+
+        def run() -> float:
+            start = time.perf_counter()
+            run_source(self.shell, cell)
+            for d in devices:
+                torch.cuda.synchronize(d)
+            return (time.perf_counter() - start) * 1e3
+
+        section = Section("cell", has_total=False)
+        cold = run()
+        warm = min(run() for _ in range(repeat))
+        section.steps = [Step("first run (cold)", cold), Step(f"best of {repeat} warm run(s)", warm)]
+        section.notes.append(f"start-up cost paid now: {max(cold - warm, 0):,.0f} ms")
+        return section
+
+
+def register(ipython: InteractiveShell) -> Callable[[], None]:
+    magics = WarmupMagics(ipython)
+    ipython.register_magics(magics)
+    return lambda: unregister_magics(ipython, magics)

@@ -1,0 +1,189 @@
+"""%gpu_warmup and %%gpu_warmup: options, reporting and the no-GPU path on the CPU; the effect on a GPU."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+
+torch = pytest.importorskip("torch")
+
+from jupyter_gpu.kernel import warmup  # noqa: E402 -- only with torch present
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+no_gpu_here = pytest.mark.skipif(torch.cuda.is_available(), reason="describes a machine without a GPU")
+
+
+@pytest.fixture
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    undo = warmup.register(shell)
+    yield shell
+    undo()
+
+
+@no_gpu_here
+def test_without_a_gpu_it_gives_the_doctors_verdict_and_does_nothing(ip, capsys):
+    ip.run_line_magic("gpu_warmup", "")
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_warmup: nothing to warm. No GPU: ")
+    assert out.rstrip().endswith("Run %gpu_doctor for the fix.")
+    assert len(out.strip().splitlines()) == 1
+    ip.run_cell_magic("gpu_warmup", "", "ran_the_cell = True")
+    assert "ran_the_cell" not in ip.user_ns
+
+
+def test_repeat_must_be_positive(ip):
+    with pytest.raises(UsageError, match="--repeat must be 1 or more"):
+        ip.run_cell_magic("gpu_warmup", "--repeat 0", "pass")
+
+
+def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
+    cuda = types.SimpleNamespace(
+        device_count=lambda: count,
+        current_device=lambda: current,
+        device=lambda index: contextlib.nullcontext(),
+        synchronize=lambda index=None: None,
+        get_device_name=lambda index: "Fake GPU",
+        memory_reserved=lambda index: 64 << 20,
+        get_device_properties=lambda index: types.SimpleNamespace(),  # no uuid: NVML figure left out
+    )
+    return types.SimpleNamespace(cuda=cuda)
+
+
+@pytest.mark.parametrize(
+    ("text", "devices"), [(None, [1]), ("all", [0, 1]), ("1,0", [1, 0]), ("1, 1", [1])]
+)
+def test_devices_option(text, devices):
+    assert warmup._parse_devices(text, fake_cuda(current=1)) == devices
+
+
+@pytest.mark.parametrize("text", ["2", "x", "-1", ","])
+def test_bad_devices_name_the_valid_range(text):
+    with pytest.raises(UsageError, match=r"give GPU indices from 0 to 1 separated by commas, or 'all' "
+                                         r"\(this kernel sees 2 GPUs\)"):
+        warmup._parse_devices(text, fake_cuda())
+
+
+def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(monkeypatch):
+    def boom():
+        raise RuntimeError("no kernel image is available for execution on the device\nmore")
+
+    monkeypatch.setattr(warmup, "_steps", lambda torch, index, nccl, compile: [
+        ("context", lambda: None), ("matmul bf16 (cuBLAS)", boom), ("attention", lambda: None)])
+    monkeypatch.setattr(warmup, "_first_warmup_ms", {})
+    first = warmup.warm_device(fake_cuda(), 0)
+    assert first.title == "cuda:0 Fake GPU"
+    assert [s.name for s in first.steps] == ["context", "matmul bf16 (cuBLAS)", "attention"]
+    assert first.steps[1].error == "RuntimeError: no kernel image is available for execution on the device"
+    assert first.notes == ["allocator cache 64 MiB"]
+    second = warmup.warm_device(fake_cuda(), 0)
+    assert second.notes[-1].startswith("already warm: the first warm-up in this process took ")
+
+
+def test_a_failed_context_stops_the_device(monkeypatch):
+    def no_context():
+        raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
+
+    monkeypatch.setattr(warmup, "_steps", lambda *a: [("context", no_context), ("never", lambda: None)])
+    monkeypatch.setattr(warmup, "_first_warmup_ms", {})
+    section = warmup.warm_device(fake_cuda(), 0)
+    assert [s.name for s in section.steps] == ["context"] and section.steps[0].error
+
+
+def test_fork_based_launchers_get_a_note(monkeypatch):
+    monkeypatch.setattr(warmup, "warm_device", lambda torch, i, nccl, compile: warmup.Section(f"cuda:{i}"))
+    monkeypatch.setitem(sys.modules, "accelerate", types.ModuleType("accelerate"))
+    report = warmup.warm_up([0])
+    assert "fork-based launchers (accelerate's notebook_launcher) will refuse to start" in report.notes[0]
+
+
+def test_report_as_text_html_and_one_line():
+    report = warmup.WarmupReport([
+        warmup.Section("cuda:0 NVIDIA H200", [warmup.Step("context", 380.0), warmup.Step("conv2d", 2.5, "Boom: <x>")],
+                       ["allocator cache 42 MiB"]),
+        warmup.Section("cell", [warmup.Step("first run (cold)", 340.0), warmup.Step("best of 1 warm run(s)", 2.0)],
+                       has_total=False),
+    ])
+    text = str(report)
+    assert "  context" in text and "380.0 ms" in text and "FAILED: Boom: <x>" in text
+    assert "  total" in text and "382.5 ms" in text and text.count("total") == 1
+    html = report._repr_html_()
+    assert "<table>" in html and "Boom: &lt;x&gt;" in html
+    assert report.summary() == ("gpu_warmup: cuda:0 NVIDIA H200 warm in 382 ms; "
+                                "cell: first run (cold) 340 ms, best of 1 warm run(s) 2 ms")
+
+
+def test_undo_removes_the_magic():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    undo = warmup.register(shell)
+    assert "gpu_warmup" in shell.magics_manager.magics["line"]
+    undo()
+    assert "gpu_warmup" not in shell.magics_manager.magics["line"]
+    assert "gpu_warmup" not in shell.magics_manager.magics["cell"]
+
+
+# -- on a GPU (run on the H200 machine) -----------------------------------------------------------
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
+    loading = os.environ.get("CUDA_MODULE_LOADING")
+    ip.run_line_magic("gpu_warmup", "--devices 0")
+    first = capsys.readouterr().out
+    assert os.environ.get("CUDA_MODULE_LOADING") == loading  # never forced to EAGER
+    assert "FAILED" not in first
+    for step in ("context", "matmul float32", "linear with bias", "conv2d + batchnorm fp32",
+                 "scaled-dot-product attention", "backward + AdamW step"):
+        assert step in first
+    report = warmup.warm_up([0])
+    assert report.sections[0].notes[-1].startswith("already warm")
+    assert report.sections[0].total_ms < 200
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cell_form_reports_cold_and_warm_runs(ip, capsys):
+    ip.user_ns["torch"] = torch
+    ip.run_cell_magic("gpu_warmup", "--quiet --repeat 2", "y = torch.nn.functional.gelu(torch.ones(64, device='cuda'))")
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_warmup: cell: first run (cold) ") and "best of 2 warm run(s)" in out
+    assert ip.user_ns["y"].is_cuda
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_bad_device_index_on_a_gpu_machine(ip):
+    with pytest.raises(UsageError, match="this kernel sees"):
+        ip.run_line_magic("gpu_warmup", f"--devices {torch.cuda.device_count()}")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.timeout(900)
+def test_warmup_makes_the_first_step_of_a_small_cnn_faster_in_fresh_kernels():
+    """Fresh kernels, arms interleaved (benchmarks/warmup.py): cold ~340 ms vs ~110 ms warm on H200."""
+    pytest.importorskip("jupyter_client")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "warmup.py"), "--trials", "2", "--steps", "10",
+         "--workloads", "cnn", "--json"],
+        capture_output=True, text=True, timeout=850, check=True,
+    )
+    cnn = json.loads(done.stdout.strip().splitlines()[-1])["results"]["cnn"]
+    cold, warm = cnn["cold"], cnn["after %gpu_warmup"]
+    assert statistics.median(warm["first_ms"]) < 0.6 * statistics.median(cold["first_ms"])
+    assert statistics.median(warm["setup_ms"]) < statistics.median(cold["setup_ms"])
+    assert all(ms > 0 for ms in warm["warmup_ms"])
