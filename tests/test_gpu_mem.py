@@ -145,6 +145,15 @@ def test_children_count_as_this_kernel(ip, nvml, monkeypatch) -> None:
     assert re.search(r"other processes +none", text)
 
 
+def test_pids_of_another_namespace_are_not_guessed(ip, nvml, monkeypatch) -> None:
+    """In a container NVML reports host PIDs: neither this kernel's share nor others' owners."""
+    install(monkeypatch, FakeCuda())
+    nvml.readings["devices"][0]["compute_processes"] = [{"pid": 4_000_000, "used_gpu_memory": 3 * GiB}]
+    text = _gpu_mem(ip)["text/plain"]
+    assert re.search(r"this kernel +n/a  NVML reports process IDs of another PID namespace", text)
+    assert "pid 4000000 (not visible from here" in text
+
+
 def test_snapshot_map(ip, nvml, monkeypatch) -> None:
     install(monkeypatch, FakeCuda())
     data = _gpu_mem(ip, "--snapshot")

@@ -19,7 +19,7 @@ import pynvml
 from ..analysis.fragmentation import AllocatorFigures, allocator_figures, summarize_snapshot
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.simulated import SimulatedNVML
-from ..server.processes import describe
+from ..server.processes import ProcessMeta, describe
 from .agent import connection_file
 from .torch_state import snapshot_segments
 
@@ -74,10 +74,15 @@ def _own_pids() -> set[int]:
         return {me.pid}
 
 
-def _label(pid: int, server_labels: dict[int, str], *, verify: bool) -> str:
+NAMESPACE = (
+    "NVML reports process IDs of another PID namespace (a container?), so this kernel's share "
+    "cannot be told"
+)
+
+
+def _label(pid: int, server_labels: dict[int, str], meta: ProcessMeta) -> str:
     if pid in server_labels:
         return server_labels[pid]
-    meta = describe(pid, verify=verify)
     if meta.same_namespace is False:
         return f"pid {pid} (not visible from here: another container or PID namespace)"
     if meta.command is None:
@@ -111,11 +116,14 @@ def device_view(
             own = _own_pids()
             mine = [p for p in processes if p["pid"] in own]
             foreign = [p for p in processes if p["pid"] not in own]
+            metas = {p["pid"]: describe(p["pid"], verify=verify) for p in foreign}
             names = labels() if foreign else {}
             others = sorted(
-                (Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, verify=verify)) for p in foreign),
+                (Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, metas[p["pid"]])) for p in foreign),
                 key=lambda h: -(h.used_bytes or 0),
             )
+            if not mine and any(m.same_namespace is False for m in metas.values()):
+                return _view(index, uuid, info, values, None, others), NAMESPACE
             withheld = any(p["used_memory_bytes"] is None for p in mine)
             this_kernel = None if withheld else sum(p["used_memory_bytes"] for p in mine)
             return _view(index, uuid, info, values, this_kernel, others), None
