@@ -8,6 +8,8 @@ import { IChartFrame, IPoint, linePath } from './shape';
 
 const WIDTH = 240;
 const HEIGHT = 40;
+/** Room above and below so that a line at 0 or at the top stays visible. */
+const PAD = 2;
 
 export interface ISparklineProps {
   points: IPoint[];
@@ -37,7 +39,7 @@ export function Sparkline(props: ISparklineProps): JSX.Element {
   return (
     <svg
       className={`jp-gpu-sparkline ${props.className ?? ''}`}
-      viewBox={`0 0 ${WIDTH} ${HEIGHT}`}
+      viewBox={`0 ${-PAD} ${WIDTH} ${HEIGHT + 2 * PAD}`}
       preserveAspectRatio="none"
       role="img"
       aria-label={props.label}

@@ -72,12 +72,16 @@ export function formatBytesOf(
     return formatBytes(used, units);
   }
   const { divisor, unit } = byteUnit(total, units);
+  const t = divisor === 1 ? total.toFixed(0) : threeFigures(total / divisor);
+  if (isNumber(used) && used > 0 && used < divisor / 100) {
+    // too small to show in the total's unit ("0.00 / 140 GiB"): give its own
+    return `${formatBytes(used, units)} / ${t} ${unit}`;
+  }
   const u = isNumber(used)
     ? divisor === 1
       ? used.toFixed(0)
       : threeFigures(used / divisor)
     : MISSING;
-  const t = divisor === 1 ? total.toFixed(0) : threeFigures(total / divisor);
   return `${u} / ${t} ${unit}`;
 }
 

@@ -65,7 +65,7 @@ export class GpuPanel extends VDomRenderer<GpuModel> {
   render(): JSX.Element {
     const m = this.model;
     return (
-      <div className="jp-gpu-content">
+      <div className={`jp-gpu-content${m.error ? ' jp-gpu-stale' : ''}`}>
         <Header model={m} />
         {m.error && (
           <div className="jp-gpu-error" role="alert">
@@ -114,10 +114,11 @@ function NoGpu(props: { reason: string | null }): JSX.Element {
         {props.reason || 'The server reports no usable GPU.'}
       </p>
       <p className="jp-gpu-hint">
-        The reason above comes from the Jupyter server, which reads the GPUs
-        through NVML. Run <code>nvidia-smi</code> in a terminal on the same
-        machine to check the driver; after fixing it, this panel recovers by
-        itself.
+        This is what the Jupyter server found when it asked the NVIDIA driver
+        (NVML). Once it is fixed, this panel recovers by itself. For a full
+        check from inside a notebook (PyTorch build, CUDA_VISIBLE_DEVICES,
+        driver version), run <code>%load_ext jupyter_gpu</code> and then{' '}
+        <code>%gpu_doctor</code>.
       </p>
     </div>
   );
@@ -183,8 +184,7 @@ function Card(props: ICardProps): JSX.Element {
       </div>
       {g.state !== 'ok' && (
         <div className="jp-gpu-error" role="alert" data-field="state">
-          {g.state === 'lost' ? 'GPU lost' : 'GPU error'}
-          {g.error ? `: ${g.error}` : ''}
+          {g.error || (g.state === 'lost' ? 'GPU lost' : 'GPU error')}
         </div>
       )}
       <div className="jp-gpu-chart">
@@ -239,6 +239,9 @@ function Card(props: ICardProps): JSX.Element {
         </Reading>
         <Reading gpu={g} field="pcie_tx_bytes_per_second" label="PCIe tx">
           {formatRate(g.pcie_tx_bytes_per_second, units)}
+        </Reading>
+        <Reading gpu={g} field="fan_speed_percent" label="Fan">
+          {formatPercent(g.fan_speed_percent)}
         </Reading>
         <Reading gpu={g} field="memory_reserved_bytes" label="Driver reserved">
           {formatBytes(g.memory_reserved_bytes, units)}

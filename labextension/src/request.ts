@@ -40,7 +40,14 @@ export async function requestAPI<T>(
 
   let response: Response;
   try {
-    response = await ServerConnection.makeRequest(url, { method: 'GET' }, settings);
+    // `no-cache` rather than JupyterLab's default `no-store`, which appends a
+    // `?<timestamp>` cache buster that the server's strict query check refuses;
+    // the server marks every reply `Cache-Control: no-store` anyway.
+    response = await ServerConnection.makeRequest(
+      url,
+      { method: 'GET', cache: 'no-cache' },
+      settings
+    );
   } catch (error) {
     throw new ServerConnection.NetworkError(error as TypeError);
   }

@@ -7,35 +7,8 @@ import { VDomRenderer } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { formatBytesOf, formatPercent } from './format';
 import { GpuModel } from './model';
-
-/** The status-bar text and its tooltip; exported for tests. */
-export function statusText(model: GpuModel): { text: string; title: string } {
-  const sim = model.simulated ? ' (simulated)' : '';
-  if (model.error && !model.loaded) {
-    return { text: 'GPU: offline', title: model.error };
-  }
-  if (model.available === null) {
-    return { text: 'GPU …', title: 'Waiting for GPU figures' };
-  }
-  if (!model.available) {
-    return { text: 'no GPU', title: model.reason ?? 'No usable GPU' };
-  }
-  const g = model.busiest;
-  if (!g) {
-    return { text: 'GPU: lost', title: 'No selected GPU is answering' };
-  }
-  const util = formatPercent(g.utilization_gpu_percent);
-  const mem = formatBytesOf(
-    g.memory_used_bytes,
-    g.memory_total_bytes,
-    model.settings.memoryUnits
-  );
-  const text = `GPU ${g.index}: ${util} · ${mem}${model.simulated ? ' · sim' : ''}`;
-  const title = `Busiest GPU${sim}: GPU ${g.index}, utilisation ${util}, memory ${mem}. Click to open the GPU panel.`;
-  return { text, title };
-}
+import { statusText } from './summary';
 
 export class GpuStatus extends VDomRenderer<GpuModel> {
   constructor(model: GpuModel, open: () => void) {
@@ -70,6 +43,7 @@ export class GpuStatus extends VDomRenderer<GpuModel> {
   render(): JSX.Element {
     const { text, title } = statusText(this.model);
     this.node.title = title;
+    this.toggleClass('jp-gpu-stale', !!this.model.error);
     return <TextItem source={text} title={title} />;
   }
 

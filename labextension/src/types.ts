@@ -49,6 +49,7 @@ export interface IGpuSample {
   memory_free_bytes: number | null;
   memory_total_bytes: number | null;
   temperature_celsius: number | null;
+  fan_speed_percent?: number | null;
   power_watts: number | null;
   power_limit_watts: number | null;
   clock_sm_mhz: number | null;

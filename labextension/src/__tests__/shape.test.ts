@@ -1,0 +1,247 @@
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+
+import {
+  busiestGpu,
+  holders,
+  kernelLabel,
+  linePath,
+  memoryFraction,
+  mergeHistory,
+  selectGpus,
+  series,
+  seriesMax
+} from '../shape';
+import { statusText } from '../summary';
+import type { IGpuSample, IKernel, IKernelsReply, ISample } from '../types';
+
+const GiB = 1024 ** 3;
+
+function gpu(index: number, over: Partial<IGpuSample> = {}): IGpuSample {
+  return {
+    index,
+    uuid: `GPU-${index}`,
+    state: 'ok',
+    error: null,
+    utilization_gpu_percent: 0,
+    utilization_memory_percent: 0,
+    memory_used_bytes: 1 * GiB,
+    memory_reserved_bytes: 0.5 * GiB,
+    memory_free_bytes: 139 * GiB,
+    memory_total_bytes: 140 * GiB,
+    temperature_celsius: 30,
+    power_watts: 70,
+    power_limit_watts: 700,
+    clock_sm_mhz: 345,
+    clock_mem_mhz: 2619,
+    pcie_rx_bytes_per_second: 0,
+    pcie_tx_bytes_per_second: 0,
+    unsupported: {},
+    ...over
+  };
+}
+
+function sample(t: number, gpus: IGpuSample[]): ISample {
+  return { t, gpus };
+}
+
+describe('mergeHistory', () => {
+  it('sorts, de-duplicates by time (newer copy wins) and trims to the window', () => {
+    const a = [sample(1, [gpu(0)]), sample(2, [gpu(0)])];
+    const b = [
+      sample(2, [gpu(0, { utilization_gpu_percent: 50 })]),
+      sample(3, [gpu(0)]),
+      sample(13, [gpu(0)])
+    ];
+    const merged = mergeHistory(a, b, 10);
+    assert.deepEqual(
+      merged.map(s => s.t),
+      [3, 13]
+    );
+    const all = mergeHistory(a, b, 100);
+    assert.deepEqual(
+      all.map(s => s.t),
+      [1, 2, 3, 13]
+    );
+    assert.equal(all[1].gpus[0].utilization_gpu_percent, 50);
+  });
+
+  it('handles empty input', () => {
+    assert.deepEqual(mergeHistory([], [], 10), []);
+  });
+});
+
+describe('selectGpus', () => {
+  it('keeps all GPUs for an empty selection, else the selected indices', () => {
+    const gpus = [gpu(0), gpu(1), gpu(2)];
+    assert.equal(selectGpus(gpus, []).length, 3);
+    assert.deepEqual(
+      selectGpus(gpus, [2, 0]).map(g => g.index),
+      [0, 2]
+    );
+  });
+});
+
+describe('busiestGpu', () => {
+  it('picks the highest utilisation, then the highest memory fraction', () => {
+    const gpus = [
+      gpu(0, { utilization_gpu_percent: 10 }),
+      gpu(1, { utilization_gpu_percent: 90 }),
+      gpu(2, { utilization_gpu_percent: 90, memory_used_bytes: 100 * GiB })
+    ];
+    assert.equal(busiestGpu(gpus)?.index, 2);
+  });
+
+  it('ranks GPUs without utilisation (MIG) by memory, and skips lost ones', () => {
+    const gpus = [
+      gpu(0, { utilization_gpu_percent: null, memory_used_bytes: 50 * GiB }),
+      gpu(1, { utilization_gpu_percent: null, memory_used_bytes: 5 * GiB }),
+      gpu(2, { state: 'lost', utilization_gpu_percent: 100 })
+    ];
+    assert.equal(busiestGpu(gpus)?.index, 0);
+    assert.equal(busiestGpu([gpu(0, { state: 'lost' })]), null);
+    assert.equal(busiestGpu([]), null);
+  });
+
+  it('computes memory fractions only when both figures are known', () => {
+    assert.equal(memoryFraction(gpu(0, { memory_used_bytes: 70 * GiB })), 0.5);
+    assert.equal(memoryFraction(gpu(0, { memory_total_bytes: null })), null);
+    assert.equal(memoryFraction(gpu(0, { memory_total_bytes: 0 })), null);
+  });
+});
+
+describe('series and linePath', () => {
+  const history = [
+    sample(100, [gpu(0, { utilization_gpu_percent: 0 }), gpu(1)]),
+    sample(101, [gpu(0, { utilization_gpu_percent: 50 })]),
+    sample(102, [gpu(0, { utilization_gpu_percent: null })]),
+    sample(103, [gpu(0, { utilization_gpu_percent: 100 })]),
+    sample(104, [gpu(0, { state: 'lost', utilization_gpu_percent: 100 })])
+  ];
+
+  it('follows one GPU by UUID, with gaps for missing readings', () => {
+    const pts = series(history, 'GPU-0', 'utilization_gpu_percent');
+    assert.deepEqual(
+      pts.map(p => p.v),
+      [0, 50, null, 100, null]
+    );
+    assert.deepEqual(
+      series(history, 'GPU-1', 'utilization_gpu_percent').map(p => p.v),
+      [0, null, null, null, null]
+    );
+    assert.equal(seriesMax(pts), 100);
+    assert.equal(seriesMax([]), null);
+  });
+
+  it('draws a path in the frame, lifting the pen over gaps', () => {
+    const pts = series(history, 'GPU-0', 'utilization_gpu_percent');
+    const frame = { t0: 100, t1: 104, yMin: 0, yMax: 100, width: 40, height: 10 };
+    assert.equal(linePath(pts, frame), 'M0 10 L10 5 M30 0');
+  });
+
+  it('lifts the pen over long gaps in time, clamps values, skips points outside', () => {
+    const pts = [
+      { t: 0, v: 10 },
+      { t: 1, v: 200 },
+      { t: 10, v: -5 },
+      { t: 99, v: 1 }
+    ];
+    const frame = { t0: 0, t1: 10, yMin: 0, yMax: 100, width: 10, height: 100 };
+    assert.equal(linePath(pts, frame, 3), 'M0 90 L1 0 M10 100');
+    assert.equal(linePath([], frame), '');
+  });
+});
+
+function kernel(over: Partial<IKernel> = {}): IKernel {
+  return {
+    id: 'abcdef12-3456',
+    name: 'python3',
+    execution_state: 'idle',
+    path: 'work/train.ipynb',
+    pid: 4242,
+    gpu_memory: [],
+    allocator: null,
+    ...over
+  };
+}
+
+describe('who holds GPU memory', () => {
+  it('labels kernels by notebook name, else by kernel name and id', () => {
+    assert.equal(kernelLabel(kernel()), 'train.ipynb');
+    assert.equal(kernelLabel(kernel({ path: null })), 'python3 kernel abcdef12');
+  });
+
+  it('lists kernels holding memory on the selected GPUs, largest first, then processes', () => {
+    const reply: IKernelsReply = {
+      available: true,
+      reason: null,
+      kernels: [
+        kernel({ id: 'a', gpu_memory: [] }),
+        kernel({
+          id: 'b',
+          gpu_memory: [{ gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: GiB, pids: [1] }]
+        }),
+        kernel({
+          id: 'c',
+          gpu_memory: [
+            { gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: GiB, pids: [2] },
+            { gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: 9 * GiB, pids: [2] }
+          ]
+        })
+      ],
+      unattributed: [
+        { pid: 7, gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: GiB, user: null, command: null },
+        { pid: 8, gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: 2 * GiB, user: 'x', command: 'python' }
+      ],
+      hidden_processes: 3
+    };
+    const all = holders(reply);
+    assert.deepEqual(
+      all.kernels.map(k => k.id),
+      ['c', 'b']
+    );
+    assert.deepEqual(
+      all.unattributed.map(u => u.pid),
+      [8, 7]
+    );
+    assert.equal(all.hidden, 3);
+    const gpu0 = holders(reply, [0]);
+    assert.deepEqual(
+      gpu0.kernels.map(k => k.id).sort(),
+      ['b', 'c']
+    );
+    assert.deepEqual(
+      gpu0.unattributed.map(u => u.pid),
+      [8]
+    );
+  });
+
+  it('is empty when the server has no kernel figures', () => {
+    assert.deepEqual(holders(null), { kernels: [], unattributed: [], hidden: 0 });
+  });
+});
+
+describe('status-bar summary', () => {
+  const base = {
+    error: null,
+    loaded: true,
+    available: true,
+    reason: null,
+    simulated: false,
+    busiest: gpu(1, { utilization_gpu_percent: 87, memory_used_bytes: 30.1 * GiB }),
+    settings: { memoryUnits: 'binary' as const }
+  };
+
+  it('shows the busiest GPU with utilisation and memory', () => {
+    assert.equal(statusText(base).text, 'GPU 1: 87% · 30.1 / 140 GiB');
+    assert.equal(statusText({ ...base, simulated: true }).text, 'GPU 1: 87% · 30.1 / 140 GiB · sim');
+  });
+
+  it('says no GPU with the reason as tooltip, offline before any answer, waiting before data', () => {
+    const none = statusText({ ...base, available: false, reason: 'NVML: driver not loaded' });
+    assert.deepEqual(none, { text: 'no GPU', title: 'NVML: driver not loaded' });
+    assert.equal(statusText({ ...base, loaded: false, error: 'down' }).text, 'GPU: offline');
+    assert.equal(statusText({ ...base, available: null }).text, 'GPU …');
+    assert.equal(statusText({ ...base, busiest: null }).text, 'GPU: lost');
+  });
+});

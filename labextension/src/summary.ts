@@ -1,0 +1,46 @@
+/**
+ * The one-line summary shown in the status bar. Pure: takes the model's
+ * figures, returns text and tooltip.
+ */
+import { formatBytesOf, formatPercent, MemoryUnits } from './format';
+import type { IGpuSample } from './types';
+
+export interface ISummarySource {
+  error: string | null;
+  loaded: boolean;
+  available: boolean | null;
+  reason: string | null;
+  simulated: boolean;
+  busiest: IGpuSample | null;
+  settings: { memoryUnits: MemoryUnits };
+}
+
+export function statusText(m: ISummarySource): { text: string; title: string } {
+  if (m.error && !m.loaded) {
+    return { text: 'GPU: offline', title: m.error };
+  }
+  if (m.available === null) {
+    return { text: 'GPU …', title: 'Waiting for GPU figures' };
+  }
+  if (!m.available) {
+    return { text: 'no GPU', title: m.reason ?? 'No usable GPU' };
+  }
+  const g = m.busiest;
+  if (!g) {
+    return { text: 'GPU: lost', title: 'None of the selected GPUs is answering' };
+  }
+  const util = formatPercent(g.utilization_gpu_percent);
+  const mem = formatBytesOf(
+    g.memory_used_bytes,
+    g.memory_total_bytes,
+    m.settings.memoryUnits
+  );
+  const sim = m.simulated ? ' (simulated)' : '';
+  return {
+    text: `GPU ${g.index}: ${util} · ${mem}${m.simulated ? ' · sim' : ''}`,
+    title:
+      `Busiest GPU${sim}: GPU ${g.index}, utilisation ${util}, memory ${mem}.` +
+      (m.error ? ` ${m.error}` : '') +
+      ' Click to open the GPU panel.'
+  };
+}

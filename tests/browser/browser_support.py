@@ -1,0 +1,303 @@
+"""Browser tests: a real `jupyter lab` in a subprocess (LabServer), driven by Debian's chromium
+through Playwright (python), which cannot download browsers here and is pointed at the system one.
+
+The fixtures live here, not in a conftest.py: test modules import them by name. (A second
+conftest.py would shadow tests/conftest.py for the server tests that `from conftest import ...`.)
+Screenshots are saved under test-artifacts/screenshots/; the folder is printed at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+LABEXT_BUILD = REPO / "jupyter_gpu" / "labextension"
+LABEXT_SOURCES = [REPO / "labextension" / d for d in ("src", "style", "schema")]
+READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
+SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _labextension_dir() -> Path | None:
+    """The freshly built extension from this checkout, or None to use an installed copy."""
+    marker = LABEXT_BUILD / "static" / "style.js"
+    if marker.exists():
+        built = (LABEXT_BUILD / "package.json").stat().st_mtime
+        newer = [
+            p for d in LABEXT_SOURCES for p in d.rglob("*")
+            if p.is_file() and "__tests__" not in p.parts and p.stat().st_mtime > built + 1
+        ]
+        if newer:
+            pytest.fail(
+                f"the built labextension is older than {newer[0].relative_to(REPO)}: "
+                "rebuild it with `cd labextension && jlpm build` (or `pip install -e .`)",
+                pytrace=False,
+            )
+        return LABEXT_BUILD
+    from jupyter_core.paths import jupyter_path
+
+    if any((Path(p) / "jupyter-gpu").is_dir() for p in jupyter_path("labextensions")):
+        return None
+    pytest.fail(
+        "the jupyter-gpu labextension is neither built in this checkout nor installed: "
+        "run `pip install -e .` (or `cd labextension && jlpm install && jlpm build`)",
+        pytrace=False,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LabServer:
+    """A `jupyter lab` subprocess with its own config, data, runtime and notebook dirs."""
+
+    def __init__(self, tmp: Path, *, base_url: str = "/", gpu: dict | None = None) -> None:
+        self.tmp = tmp
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self.token = secrets.token_hex(16)
+        self.port = _free_port()
+        self.root = tmp / "notebooks"
+        self.log_path = tmp / "jupyter-lab.log"
+        for d in ("config/labconfig", "data/labextensions", "runtime", "settings", "workspaces", "notebooks"):
+            (tmp / d).mkdir(parents=True, exist_ok=True)
+        extension = _labextension_dir()
+        if extension is not None:
+            (tmp / "data" / "labextensions" / "jupyter-gpu").symlink_to(extension)
+        config = {
+            "ServerApp": {
+                "jpserver_extensions": {"jupyter_gpu": True, "gpu_browser_helper": True},
+                "allow_unauthenticated_access": False,
+            },
+            "GPUMonitor": {
+                "backend": "simulated",
+                "simulated_readings": str(READINGS),
+                "interval": 0.5,
+                "slow_interval": 1.0,
+                **(gpu or {}),
+            },
+        }
+        (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
+        # News pop-ups would cover the status bar; nothing else of JupyterLab is changed.
+        (tmp / "config" / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+        )
+        env = dict(os.environ)
+        env.update(
+            JUPYTER_CONFIG_DIR=str(tmp / "config"),
+            JUPYTER_DATA_DIR=str(tmp / "data"),
+            JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+            PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
+        )
+        cmd = [
+            sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser",
+            "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={self.root}",
+            f"--ServerApp.base_url={self.base_url}",
+            f"--LabApp.user_settings_dir={tmp / 'settings'}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+            "--LabApp.expose_app_in_browser=True",
+        ]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            cmd, env=env, cwd=tmp, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_ready()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.base_url}"
+
+    def lab_url(self, path: str = "lab") -> str:
+        return f"{self.url}{path}?token={self.token}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read()
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")
+            tail = "\n".join(self.log().splitlines()[-40:])
+            raise AssertionError(f"{method} {path}: {error.code} {detail}\n--- server log ---\n{tail}") from None
+        return json.loads(text) if text else {}
+
+    def _wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                self.api("GET", "api/status")
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"jupyter lab did not answer within {timeout} s:\n{self.log()}")
+
+    def start_notebook_kernel(self, path: str) -> str:
+        """Create an empty notebook at `path` and start a kernel session for it."""
+        notebook = {
+            "cells": [],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(notebook))
+        session = self.api(
+            "POST", "api/sessions", {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}}
+        )
+        return session["kernel"]["id"]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self._log.close()
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return path
+
+
+def open_lab(page, server: LabServer, path: str = "lab") -> None:
+    page.goto(server.lab_url(path))
+    page.wait_for_selector("#jp-main-statusbar", state="attached", timeout=60_000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
+    page.evaluate("() => window.jupyterapp.started")
+
+
+def open_gpu_panel(page) -> None:
+    """Click the GPU tab in the left sidebar unless the panel is already showing."""
+    if not page.locator("#jupyter-gpu-panel").is_visible():
+        page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
+    page.wait_for_selector("#jupyter-gpu-panel", state="visible")
+
+
+
+def has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+# -- fixtures (imported by the test modules) --------------------------------------------------
+
+
+_browser: dict = {}
+
+
+@pytest.fixture(scope="session")
+def chromium(request):
+    """One headless chromium for the whole run. Each test module imports this fixture, which makes
+    one fixture per module; they share the browser (Playwright's sync API allows one per thread)."""
+    if "browser" not in _browser:
+        sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_BIN)")
+        playwright = sync_api.sync_playwright().start()
+        _browser["playwright"] = playwright
+        _browser["browser"] = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+
+        def close() -> None:
+            _browser.pop("browser").close()
+            _browser.pop("playwright").stop()
+
+        request.addfinalizer(close)
+    return _browser["browser"]
+
+
+@pytest.fixture(scope="module")
+def lab_factory(tmp_path_factory):
+    """Start `jupyter lab` servers for a test module; all are stopped after it."""
+    servers: list[LabServer] = []
+
+    def start(**kwargs) -> LabServer:
+        server = LabServer(tmp_path_factory.mktemp("lab"), **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def page(chromium, request, screenshots_folder):
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    failed_before = request.session.testsfailed
+    yield page
+    if request.session.testsfailed > failed_before:
+        screenshot(page, f"FAILED-{request.node.name}")
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots_folder(request):
+    """Prints where the screenshots are once the browser tests are done."""
+    yield SCREENSHOTS
+    if _browser.get("folder_printed") or not any(SCREENSHOTS.glob("*.png")):
+        return
+    _browser["folder_printed"] = True
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nbrowser test screenshots: {SCREENSHOTS}")
+
+
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop():
+    """Replaces pytest-jupyter's per-test event loop (autouse for every test): these tests talk
+    to a server in a subprocess, and closing that loop would fight Playwright's own."""
+    yield None
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup():
+    """pytest-jupyter cleans up an in-process ServerApp after every test; there is none here."""
+    yield

@@ -1,0 +1,65 @@
+"""Test-only server extension for the browser tests: lets a test put a real kernel's process on a
+simulated GPU, or make a simulated GPU fall off the bus, as the server tests do in-process (the browser tests run `jupyter lab` in a
+subprocess, so they reach the simulated NVML through this route instead).
+
+Loaded only by tests/browser/conftest.py; never shipped (it lives outside the package).
+"""
+from __future__ import annotations
+
+import json
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+
+class AttachHandler(APIHandler):
+    """POST {"kernel_id", "gpu_index", "bytes"}: the kernel's process now holds that much memory."""
+
+    @web.authenticated
+    def post(self) -> None:
+        body = self.get_json_body() or {}
+        nvml = _simulated_nvml(self)
+        kernel = self.kernel_manager.get_kernel(body["kernel_id"])
+        pid = kernel.provisioner.pid
+        nvml.readings["devices"][int(body["gpu_index"])]["compute_processes"].append(
+            {"pid": pid, "used_gpu_memory": int(body["bytes"])}
+        )
+        self.finish(json.dumps({"pid": pid}))
+
+
+class LoseHandler(APIHandler):
+    """POST {"gpu_index", "lost"}: the simulated GPU falls off the bus, or comes back."""
+
+    @web.authenticated
+    def post(self) -> None:
+        body = self.get_json_body() or {}
+        nvml = _simulated_nvml(self)
+        if body.get("lost", True):
+            nvml.lose_gpu(int(body["gpu_index"]))
+        else:
+            nvml.restore_gpu(int(body["gpu_index"]))
+        self.finish("{}")
+
+
+def _simulated_nvml(handler: APIHandler):
+    monitor = handler.serverapp.extension_manager.extension_points["jupyter_gpu"].app
+    nvml = getattr(monitor, "simulated_nvml", None)
+    if nvml is None:
+        raise web.HTTPError(409, "the jupyter_gpu backend is not the simulated one")
+    return nvml
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "gpu_browser_helper"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    base = serverapp.web_app.settings["base_url"]
+    serverapp.web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "api", "gpu-test", "attach"), AttachHandler),
+            (url_path_join(base, "api", "gpu-test", "lose"), LoseHandler),
+        ],
+    )

@@ -1,0 +1,284 @@
+"""The GPU sidebar panel and status-bar item in a real JupyterLab, fed by the simulated backend
+(replaying tests/fixtures/nvml_readings_2gpu.json: two H200s), under a non-root base_url as on
+JupyterHub."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from browser_support import (  # noqa: F401  (fixtures are used by name)
+    chromium,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    lab_factory,
+    page,
+    screenshots_folder,
+    open_gpu_panel,
+    open_lab,
+    screenshot,
+)
+
+pytestmark = pytest.mark.browser
+
+BASE_URL = "/jh/user/tester/"
+GIB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def lab(lab_factory):
+    return lab_factory(base_url=BASE_URL)
+
+
+def card(page, index: int):
+    return page.locator(f'.jp-gpu-card[data-gpu-index="{index}"]')
+
+
+def value(locator, field: str):
+    return locator.locator(f'[data-field="{field}"]')
+
+
+def gpu_api_calls(page) -> list[tuple[float, str]]:
+    """(time, route) of every request the page makes to api/gpu/, from now on."""
+    calls: list[tuple[float, str]] = []
+
+    def record(request) -> None:
+        if "/api/gpu/" in request.url:
+            calls.append((time.monotonic(), request.url.split("/api/gpu/")[1].split("?")[0]))
+
+    page.on("request", record)
+    return calls
+
+
+def test_cards_show_each_gpu_with_its_readings(page, lab):
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/api/gpu/" in r.url else None)
+    open_lab(page, lab)
+    open_gpu_panel(page)
+
+    panel = page.locator("#jupyter-gpu-panel")
+    panel.locator(".jp-gpu-card").first.wait_for()
+    assert panel.locator(".jp-gpu-card").count() == 2
+    assert panel.locator(".jp-gpu-simulated").inner_text().lower() == "simulated"
+    assert value(panel, "driver").inner_text() == "driver 580.159.04 · CUDA 13.0"
+
+    gpu0 = card(page, 0)
+    assert gpu0.locator(".jp-gpu-index").inner_text() == "GPU 0"
+    assert gpu0.locator(".jp-gpu-name").inner_text() == "NVIDIA H200"
+    # memory info v2: 3,222,077,440 B used of 150,754,820,096 B
+    assert value(gpu0, "memory_used_bytes").inner_text() == "3.00 / 140 GiB"
+    assert value(gpu0, "utilization_gpu_percent").inner_text() == "0%"
+    assert value(gpu0, "temperature_celsius").inner_text() == "38 °C"
+    assert value(gpu0, "power_watts").inner_text() == "124 / 700 W"
+    assert value(gpu0, "clock_sm_mhz").inner_text() == "1.98 GHz"
+    assert value(gpu0, "clock_mem_mhz").inner_text() == "3.20 GHz"
+    # PCIe arrives on the sampler's slow cadence (KiB/s from NVML, bytes/s in the API)
+    page.wait_for_function(
+        """() => document.querySelector('.jp-gpu-card[data-gpu-index="1"] [data-field="pcie_rx_bytes_per_second"]')
+                 ?.textContent === '562 KiB/s'"""
+    )
+    assert value(card(page, 1), "pcie_tx_bytes_per_second").inner_text() == "1.28 MiB/s"
+    assert value(card(page, 1), "power_watts").inner_text() == "77 / 700 W"
+
+    # H200 has no fan: shown as not supported, with NVML's reason as the tooltip
+    fan = value(gpu0, "fan_speed_percent")
+    assert fan.inner_text() == "not supported"
+    assert fan.get_attribute("title") == "not supported on this GPU"
+
+    # the charts draw the server's history
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-sparkline-line')]
+                 .filter(p => (p.getAttribute('d') || '').includes('L')).length === 4"""
+    )
+    screenshot(page, "panel-simulated-light")
+
+    # every request went under the non-root base_url
+    assert requests and all(f"{BASE_URL}api/gpu/" in url for url in requests)
+
+
+def test_status_bar_shows_busiest_gpu_and_opens_the_panel(page, lab):
+    open_lab(page, lab)
+    status = page.locator(".jp-gpu-status")
+    page.wait_for_function(
+        "() => /GPU \\d: /.test(document.querySelector('.jp-gpu-status')?.textContent || '')"
+    )
+    # both GPUs idle: the one with more memory in use wins
+    assert status.inner_text() == "GPU 0: 0% · 3.00 / 140 GiB · sim"
+    assert "simulated" in status.get_attribute("title")
+
+    if page.locator("#jupyter-gpu-panel").is_visible():  # restored from an earlier test
+        page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
+    page.locator("#jupyter-gpu-panel").wait_for(state="hidden")
+    status.click()
+    page.locator("#jupyter-gpu-panel").wait_for(state="visible")
+    screenshot(page, "status-bar-opens-panel")
+
+
+def test_kernel_memory_is_listed_by_notebook_and_opens_it(page, lab):
+    kernel_id = lab.start_notebook_kernel("course/week1/train.ipynb")
+    attached = lab.api("POST", "api/gpu-test/attach", {"kernel_id": kernel_id, "gpu_index": 1, "bytes": 2 * GIB})
+    open_lab(page, lab)
+    open_gpu_panel(page)
+
+    row = page.locator(f'.jp-gpu-kernel[data-kernel-id="{kernel_id}"]')
+    row.wait_for(timeout=30_000)
+    assert row.locator(".jp-gpu-link").inner_text() == "train.ipynb"
+    assert value(row, "kernel-memory").inner_text() == "2.00 GiB"
+    assert "GPU 1: 2.00 GiB" in row.inner_text()
+    assert f"pid {attached['pid']}" in row.inner_text()
+
+    # a process that belongs to no kernel of this server is listed by its pid
+    other = page.locator('.jp-gpu-process[data-pid="564"]')
+    assert value(other, "process-memory").inner_text() == "2.99 GiB"
+    assert "GPU 0" in other.inner_text()
+    screenshot(page, "panel-who-holds-memory")
+
+    row.locator(".jp-gpu-link").click()
+    page.locator('.jp-mod-current.lm-TabBar-tab:has-text("train.ipynb")').wait_for()
+    page.locator(".jp-NotebookPanel").first.wait_for(state="visible")
+
+
+def test_settings_choose_gpus_and_units(page, lab):
+    """User settings (as the settings editor saves them) are applied: only GPU 1, decimal units."""
+    settings = lab.tmp / "settings" / "jupyter-gpu" / "plugin.jupyterlab-settings"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"gpus": [1], "memoryUnits": "decimal"}')
+    try:
+        open_lab(page, lab)
+        open_gpu_panel(page)
+        card(page, 1).wait_for()
+        assert page.locator(".jp-gpu-card").count() == 1
+        assert value(card(page, 1), "memory_used_bytes").inner_text() == "3.41 MB / 151 GB"
+        page.wait_for_function(
+            "() => (document.querySelector('.jp-gpu-status')?.textContent || '').startsWith('GPU 1: ')"
+        )
+        assert page.locator(".jp-gpu-status").inner_text() == "GPU 1: 0% · 3.41 MB / 151 GB · sim"
+        stored = lab.api("GET", "lab/api/settings/jupyter-gpu:plugin")
+        assert stored["schema"]["properties"]["refreshInterval"]["default"] == 2
+        assert stored["settings"] == {"gpus": [1], "memoryUnits": "decimal"}
+    finally:
+        settings.unlink()
+
+
+def test_lost_gpu_is_a_state_and_recovers(page, lab):
+    open_lab(page, lab)
+    open_gpu_panel(page)
+    card(page, 1).wait_for()
+    lab.api("POST", "api/gpu-test/lose", {"gpu_index": 1, "lost": True})
+    try:
+        alert = value(card(page, 1), "state")
+        alert.wait_for()
+        assert "lost" in alert.inner_text()
+        assert "jp-gpu-state-lost" in card(page, 1).get_attribute("class")
+        assert card(page, 0).locator(".jp-gpu-error").count() == 0
+        screenshot(page, "panel-gpu-lost")
+    finally:
+        lab.api("POST", "api/gpu-test/lose", {"gpu_index": 1, "lost": False})
+    value(card(page, 1), "state").wait_for(state="detached", timeout=60_000)
+    assert value(card(page, 1), "temperature_celsius").inner_text() == "37 °C"
+
+
+def test_dark_theme(page, lab):
+    open_lab(page, lab)
+    open_gpu_panel(page)
+    card(page, 0).wait_for()
+    light = _background_luminance(page)
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.wait_for_selector('body[data-jp-theme-light="false"]', state="attached")
+    page.wait_for_function(
+        """() => {
+          const c = getComputedStyle(document.querySelector('.jp-gpu-card')).backgroundColor;
+          const [r, g, b] = c.match(/\\d+/g).map(Number);
+          return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255 < 0.3;
+        }"""
+    )
+    dark = _background_luminance(page)
+    assert light > 0.7 and dark < 0.3
+    text = page.evaluate(
+        "() => getComputedStyle(document.querySelector('.jp-gpu-card .jp-gpu-name')).color"
+    )
+    assert _luminance(text) > 0.5, f"card text is not light on dark: {text}"
+    screenshot(page, "panel-simulated-dark")
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.wait_for_selector('body[data-jp-theme-light="true"]', state="attached")
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b = (int(x) for x in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def _background_luminance(page) -> float:
+    return _luminance(page.evaluate("() => getComputedStyle(document.querySelector('.jp-gpu-card')).backgroundColor"))
+
+
+def test_polling_pauses_while_hidden_backs_off_and_recovers(page, lab):
+    calls = gpu_api_calls(page)
+    open_lab(page, lab)
+    open_gpu_panel(page)
+    card(page, 0).wait_for()
+
+    # panel hidden: no more "who holds memory" requests; the status bar keeps telemetry going
+    page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
+    page.locator("#jupyter-gpu-panel").wait_for(state="hidden")
+    page.wait_for_timeout(1000)
+    hidden_since = time.monotonic()
+    page.wait_for_timeout(7000)
+    during = [name for t, name in calls if t > hidden_since]
+    assert "kernels" not in during
+    assert during.count("telemetry") >= 2
+
+    # server unreachable: an error is shown and the retries slow down
+    failures: list[float] = []
+
+    def refuse(route):
+        failures.append(time.monotonic())
+        route.abort("connectionrefused")
+
+    page.route("**/api/gpu/telemetry*", refuse)
+    page.locator(".jp-gpu-status").click()
+    error = page.locator("#jupyter-gpu-panel .jp-gpu-error")
+    error.wait_for()
+    assert "Cannot reach the Jupyter server" in error.inner_text()
+    page.wait_for_timeout(12_000)
+    gaps = [b - a for a, b in zip(failures, failures[1:])]
+    assert len(failures) >= 2 and max(gaps) > 3.0, f"no backoff: retries at intervals {gaps}"
+    screenshot(page, "panel-server-unreachable")
+
+    # back: the panel recovers by itself
+    page.unroute("**/api/gpu/telemetry*")
+    error.wait_for(state="detached", timeout=70_000)
+    assert card(page, 0).is_visible()
+
+
+def test_time_to_first_numbers_and_request_rate(page, lab):
+    """Figures for the closing note (printed; asserted loosely)."""
+    calls = gpu_api_calls(page)
+    sizes: list[int] = []
+    page.on(
+        "response",
+        lambda r: sizes.append(len(r.body())) if "/api/gpu/telemetry" in r.url and not sizes else None,
+    )
+    # when JupyterLab itself is ready, to tell its start-up from ours
+    page.add_init_script(
+        """const t = setInterval(() => { if (window.jupyterapp) { clearInterval(t);
+             window.jupyterapp.restored.then(() => { window.__restored = performance.now(); }); } }, 5);"""
+    )
+    open_lab(page, lab)
+    page.wait_for_function("() => /\\d+%/.test(document.querySelector('.jp-gpu-status')?.textContent || '')")
+    first_numbers_ms = page.evaluate("() => performance.now()")
+    restored_ms = page.evaluate("() => window.__restored")
+    open_gpu_panel(page)
+    card(page, 0).wait_for()
+    start = time.monotonic()
+    page.wait_for_timeout(30_000)
+    window = [name for t, name in calls if t > start]
+    per_minute = {name: 2 * window.count(name) for name in sorted(set(window))}
+    print(
+        f"\npage load to first numbers in the status bar: {first_numbers_ms:.0f} ms "
+        f"(JupyterLab restored at {restored_ms:.0f} ms); first telemetry reply {sizes[0]} bytes"
+    )
+    print(f"requests per minute with the panel open: {per_minute} (total {2 * len(window)})")
+    assert first_numbers_ms < 30_000
+    assert 2 * len(window) <= 60  # defaults: telemetry every 2 s, kernels every 5 s

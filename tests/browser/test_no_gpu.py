@@ -1,0 +1,57 @@
+"""The panel and status bar when the server has no usable GPU: the server's reason, not an empty
+panel. Runs at the root base_url (the other module covers a JupyterHub-style prefix)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from browser_support import (  # noqa: F401  (fixtures are used by name)
+    chromium,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    lab_factory,
+    page,
+    screenshots_folder,
+    has_gpu,
+    open_gpu_panel,
+    open_lab,
+    screenshot,
+)
+
+pytestmark = pytest.mark.browser
+
+
+def _shows_the_servers_reason(page, lab, name: str) -> str:
+    reason = lab.api("GET", "api/gpu/devices")
+    assert reason["available"] is False and reason["reason"]
+    open_lab(page, lab)
+    open_gpu_panel(page)
+    panel = page.locator("#jupyter-gpu-panel")
+    panel.locator('[data-state="no-gpu"]').wait_for()
+    assert panel.locator('[data-field="reason"]').inner_text() == reason["reason"]
+    assert panel.locator(".jp-gpu-card").count() == 0
+    assert "%gpu_doctor" in panel.inner_text()
+    status = page.locator(".jp-gpu-status")
+    page.wait_for_function("() => document.querySelector('.jp-gpu-status')?.textContent === 'no GPU'")
+    assert status.get_attribute("title") == reason["reason"]
+    screenshot(page, name)
+    return reason["reason"]
+
+
+def test_driver_not_loaded(page, lab_factory, tmp_path):
+    readings = tmp_path / "no-driver.json"
+    readings.write_text(json.dumps({"init_error": "NVML_ERROR_DRIVER_NOT_LOADED"}))
+    lab = lab_factory(gpu={"simulated_readings": str(readings)})
+    reason = _shows_the_servers_reason(page, lab, "no-gpu-driver-not-loaded")
+    assert "not loaded" in reason
+    # the simulated backend is labelled even when it simulates a machine without a GPU
+    assert page.locator("#jupyter-gpu-panel .jp-gpu-simulated").is_visible()
+
+
+def test_real_nvml_backend_on_this_machine(page, lab_factory):
+    if has_gpu():
+        pytest.skip("this machine has a GPU: the no-GPU state needs one without")
+    lab = lab_factory(gpu={"backend": "nvml"})
+    _shows_the_servers_reason(page, lab, "no-gpu-real-nvml")
+    assert not page.locator("#jupyter-gpu-panel .jp-gpu-simulated").is_visible()
