@@ -5,7 +5,7 @@ import os
 import queue
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 class Kernel:
     """A kernel with jupyter_gpu's ddp magics loaded; collects every iopub message it sends."""
 
-    def __init__(self) -> None:
-        env = dict(os.environ)
+    def __init__(self, **extra_env: str) -> None:
+        env = dict(os.environ, **extra_env)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         self.km, self.kc = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
         self.iopub: list[dict[str, Any]] = []
@@ -105,6 +105,19 @@ class Cell:
 _HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
+def helper_processes(pid: int) -> list[str]:
+    """Command lines of the kernel's forkserver and resource tracker."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            cmdline = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        if any(h in cmdline for h in _HELPERS):
+            found.append(cmdline)
+    return found
+
+
 def rank_processes(pid: int) -> list[psutil.Process]:
     """Descendants of the kernel except multiprocessing's forkserver and resource tracker.
 
@@ -139,9 +152,16 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.1)
 
 
+_shared: list[Kernel] = []
+
+
 @pytest.fixture(scope="session")
-def ddp_kernel() -> Iterator[Kernel]:
-    """One kernel for the ddp tests: its forkserver is warm after the first launch."""
-    kernel = Kernel()
-    yield kernel
-    kernel.close()
+def ddp_kernel(request: pytest.FixtureRequest) -> Kernel:
+    """One kernel for all ddp test modules: its forkserver is warm after the first launch.
+
+    Each module that imports this fixture gets its own fixture definition, hence the cache.
+    """
+    if not _shared:
+        _shared.append(Kernel())
+        request.config.add_cleanup(_shared[0].close)
+    return _shared[0]

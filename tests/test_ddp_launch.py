@@ -5,7 +5,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from _ddp_kernel import Kernel, ddp_kernel, rank_processes, wait_gone  # noqa: F401 - fixture
+from _ddp_kernel import Cell, Kernel, ddp_kernel, helper_processes, rank_processes, wait_gone  # noqa: F401
 
 ALL_REDUCE = """%%ddp_launch -n 2 --output all
 print(f"hello from {RANK} of {WORLD_SIZE} on {device}")
@@ -34,6 +34,12 @@ def test_only_rank_0_is_shown_by_default_and_return_names_another_variable(ddp_k
     cell = ddp_kernel.run("%%ddp_launch -n 2 --return out\nprint('rank', RANK)\nout = RANK * 10\n")
     assert cell.stdout == "rank 0\n"
     assert ddp_kernel.run("print(_ddp)").stdout.strip() == "{0: 0, 1: 10}"
+
+
+def test_amp_runs_the_cell_under_autocast(ddp_kernel: Kernel) -> None:
+    cell = ddp_kernel.run("%%ddp_launch -n 1 --amp bf16\n"
+                          "print(torch.is_autocast_enabled('cpu'), (torch.ones(2, 2) @ torch.ones(2, 2)).dtype)\n")
+    assert cell.stdout == "True torch.bfloat16\n", cell.traceback
 
 
 def test_notebook_functions_and_classes_travel_with_push(ddp_kernel: Kernel) -> None:
@@ -145,20 +151,21 @@ def test_script_runs_like_torchrun_and_its_error_is_shown(ddp_kernel: Kernel, tm
 
 
 def test_two_notebooks_launch_at_the_same_time(ddp_kernel: Kernel) -> None:
-    other = Kernel()
+    # This one claims two GPUs, so loading the magics starts its forkserver right away.
+    other = Kernel(CUDA_VISIBLE_DEVICES="0,1")
     try:
+        deadline = time.monotonic() + 10
+        while not any("multiprocessing.forkserver" in c for c in helper_processes(other.pid)):
+            assert time.monotonic() < deadline, "no forkserver was started at load time"
+            time.sleep(0.1)
         cells = {k: k.submit(f"%%ddp_launch -n 2 --output all\nx = torch.full((1,), {i}.0)\n"
                              "dist.all_reduce(x)\nprint('sum', x.item())\n")
                  for i, k in enumerate((ddp_kernel, other), start=1)}
         for k, msg_id in cells.items():
             k.wait(msg_id)
-        assert sorted(Cell_stdout(ddp_kernel, cells[ddp_kernel]).splitlines()) == ["[rank 0] sum 2.0", "[rank 1] sum 2.0"]
-        assert sorted(Cell_stdout(other, cells[other]).splitlines()) == ["[rank 0] sum 4.0", "[rank 1] sum 4.0"]
+        assert sorted(Cell(ddp_kernel, cells[ddp_kernel]).stdout.splitlines()) == [
+            "[rank 0] sum 2.0", "[rank 1] sum 2.0"]
+        assert sorted(Cell(other, cells[other]).stdout.splitlines()) == [
+            "[rank 0] sum 4.0", "[rank 1] sum 4.0"]
     finally:
         other.close()
-
-
-def Cell_stdout(kernel: Kernel, msg_id: str) -> str:
-    from _ddp_kernel import Cell
-
-    return Cell(kernel, msg_id).stdout

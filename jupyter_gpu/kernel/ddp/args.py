@@ -42,7 +42,7 @@ class CellOptions:
     push: tuple[str, ...] = ()
     return_name: str | None = None
     timeout: float | None = None
-    output: tuple[int, ...] | None = (0,)  # global ranks shown; None = all
+    output: tuple[int, ...] | None = (0,)  # global ranks shown; None = all, () = none
 
 
 def _bundle(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -77,7 +77,7 @@ cell_arguments = _bundle(
     argument("--return", dest="return_name", default=None,
              help="name whose value every rank sends back into _ddp (rank -> value)"),
     argument("--timeout", type=float, default=None, help="seconds before the ranks are stopped"),
-    argument("--output", default="0", help="ranks whose output is shown: 0, 0,1 or all"),
+    argument("--output", default="0", help="ranks whose output is shown: 0, 0,1, all or none"),
 )
 
 
@@ -148,6 +148,8 @@ def cell_options(ns: argparse.Namespace, world_size: int, default_return: str | 
     push = tuple(_name(p.strip(), "--push") for p in ns.push.split(",") if p.strip())
     if ns.output.strip() == "all":
         output = None
+    elif ns.output.strip() == "none":
+        output = ()
     else:
         output = _int_list(ns.output, "--output")
         too_big = [r for r in output if r >= world_size]

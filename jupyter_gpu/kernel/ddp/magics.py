@@ -163,11 +163,18 @@ class DDPMagics(Magics):
 
 
 def register(ipython: InteractiveShell) -> Callable[[], None]:
-    """Add the ddp magics to ``ipython``; the returned function removes them and stops ranks."""
+    """Add the ddp magics to ``ipython``; the returned function removes them and stops ranks.
+
+    With two or more GPUs visible the rank forkserver starts now, in the background, so that
+    the first %%ddp_launch does not wait for it to import torch (the kernel itself imports none).
+    """
     from ..extension import unregister_magics
+    from .gang import prestart_forkserver, visible_gpus
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)
+    if visible_gpus() >= 2:
+        prestart_forkserver()
 
     def undo() -> None:
         magics.close()

@@ -20,8 +20,13 @@ from .launch import cell_gang, check_syntax
 from .output import CellStreams
 from .protocol import Command, Reply
 
-FINISH_GRACE = 1.0  # seconds the other ranks get to finish after one failed
-INTERRUPT_GRACE = 1.5  # seconds a rank gets to obey SIGINT before all ranks are stopped
+# After one rank failed: how long the others may take to finish, then to obey SIGINT. Short, so
+# the error shows within ~2 s even when the others wait in a collective that will never end.
+FINISH_GRACE = 0.5
+FAILURE_INTERRUPT_GRACE = 1.0
+# After a user interrupt or --timeout: a rank inside a long C++ op (no Python signal handling
+# until it returns) gets longer before its session is given up.
+INTERRUPT_GRACE = 3.0
 
 
 class Session:
@@ -83,7 +88,8 @@ class Session:
             gang.forget(seq)
             self.cells += command.kind == "cell"
             return got.replies
-        stuck = self._settle(gang, seq, got, interrupted)
+        stopping = interrupted or got.expired  # the user wants the cell stopped, not finished
+        stuck = self._settle(gang, seq, got, stopping)
         gang.pump.drain()
         if gang.closed:
             gang.abort_others()
@@ -93,20 +99,20 @@ class Session:
             gang.forget(seq)
         raise self._error(got, gang, stuck, interrupted, cell, cell_source, label)
 
-    def _settle(self, gang: Gang, seq: int, got: Collected, interrupted: bool) -> list[int]:
-        """After a failure or interrupt, bring every rank back to idle or stop them all.
+    def _settle(self, gang: Gang, seq: int, got: Collected, stopping: bool) -> list[int]:
+        """After a failure, interrupt or timeout, bring every rank back to idle or stop them all.
 
         Returns the ranks that had to be stopped because they did not respond.
         """
         if gang.closed or got.aborted:
             return []
         running = [r for r in gang.ranks if r not in got.replies]
-        if running and not interrupted and not got.expired:
+        if running and not stopping:
             self._collect_quietly(gang, seq, got, FINISH_GRACE)  # peers of a failed rank may still finish
             running = [r for r in gang.ranks if r not in got.replies]
         if running and not gang.closed:
             gang.interrupt(running)
-            self._collect_quietly(gang, seq, got, INTERRUPT_GRACE)
+            self._collect_quietly(gang, seq, got, INTERRUPT_GRACE if stopping else FAILURE_INTERRUPT_GRACE)
             running = [r for r in gang.ranks if r not in got.replies]
         if running and not gang.closed:
             gang.stop(clean=False)
@@ -119,7 +125,6 @@ class Session:
             gang.collect(seq, time.monotonic() + seconds, stop_on_error=False, got=got)
         except KeyboardInterrupt:
             pass  # a second interrupt while settling: settling is already bounded
-        got.expired = False
 
     @staticmethod
     def _down_reason(got: Collected, stuck: list[int]) -> str:
