@@ -1,0 +1,53 @@
+"""What every subcommand shares: exit codes, errors worth one line, the no-GPU verdict, tables."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Sequence
+
+# Scripts branch on these; the README lists them.
+EXIT_OK = 0
+EXIT_FAIL = 1  # a check failed, or a server could not be asked
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+EXIT_NO_GPU = 3  # nothing to check: no usable GPU, and the message says why
+
+
+class CliError(Exception):
+    """A problem the user can act on: printed as one line, never as a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_FAIL) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def no_gpu_reason() -> str | None:
+    """None when torch can use a GPU here; otherwise the doctor's one-line verdict.
+
+    A command-line process has no kernel to protect, so CUDA may be initialised here.
+    """
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        return None
+    from ..kernel.doctor import diagnose
+
+    return diagnose(allow_cuda_init=True, check_server=False).verdict
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Columns padded to their widest cell; ``right`` aligns numbers to the right."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).rjust(w) if r else str(c).ljust(w) for c, w, r in zip(cells, widths, right)
+        ).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]

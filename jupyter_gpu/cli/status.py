@@ -1,0 +1,239 @@
+"""``jupyter gpu status``: the GPUs and who holds their memory, like nvidia-smi, plus notebooks.
+
+With a Jupyter server (``--url``, or one found running here) the figures come from the server's
+sampler and every GPU process is joined to the kernel and notebook that owns it; without one
+they come from NVML directly and processes are named by command line. Never imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from ..analysis.fragmentation import format_bytes
+from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
+from .server import Server, find_server, server_from_url
+
+GPU_FIELDS = (
+    "index", "uuid", "name", "state", "error", "utilization_gpu_percent", "memory_used_bytes",
+    "memory_total_bytes", "temperature_celsius", "power_watts", "power_limit_watts",
+)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "status",
+        help="GPUs, their processes, and the notebooks holding GPU memory",
+        description="A table like nvidia-smi's. With a Jupyter server (--url, or one found running "
+        "on this machine) every GPU process is shown with the notebook whose kernel owns it.",
+    )
+    p.add_argument("--url", help="a Jupyter server's URL, base_url included (default: look for a running one)")
+    p.add_argument("--token", default=None, help="that server's token (default: $JUPYTER_TOKEN)")
+    p.add_argument("--no-server", action="store_true", help="read NVML here; do not ask a Jupyter server")
+    p.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    p.set_defaults(run=run)
+
+
+def from_nvml() -> dict[str, Any]:
+    """Read this machine's GPUs directly (no notebook attribution: only a server knows kernels)."""
+    from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
+    from ..server.processes import describe
+
+    status = _empty("nvml", None, simulated=False)
+    reader = NvmlReader()
+    try:
+        count = reader.open()
+        status.update(reader.system())
+        for index in range(count):
+            info, _ = reader.device_info(index)
+            try:
+                values, _ = reader.fast(index)
+            except GpuLost as error:
+                status["gpus"].append({**info, "state": "lost", "error": str(error)})
+                continue
+            status["gpus"].append({**info, **values, "state": "ok", "error": None})
+            for proc in values.get("processes") or ():
+                meta = describe(proc["pid"])
+                command = meta.command if meta.same_namespace is not False else None
+                status["processes"].append(_process(index, proc, command=command, user=meta.user))
+    except NvmlUnavailable as error:
+        return {**status, "available": False, "reason": error.reason}
+    finally:
+        reader.close()
+    status["available"] = True
+    status["gpus"] = [{k: gpu.get(k) for k in GPU_FIELDS} for gpu in status["gpus"]]
+    return status
+
+
+def from_server(server: Server) -> dict[str, Any]:
+    """The server's latest sample joined with its kernels: each GPU process with its notebook."""
+    devices = server.get("devices")
+    status = _empty("server", server.url, simulated=bool(devices.get("simulated")))
+    status["driver_version"] = devices.get("driver_version")
+    status["cuda_driver_version"] = devices.get("cuda_driver_version")
+    telemetry = server.get(f"telemetry?since={time.time():.3f}")
+    latest = telemetry.get("latest")
+    if not telemetry.get("available") or not isinstance(latest, dict):
+        return {**status, "available": False, "reason": telemetry.get("reason") or devices.get("reason")}
+    kernels = server.get("kernels")
+    static = {d.get("index"): d for d in devices.get("devices") or [] if isinstance(d, dict)}
+    owner = {}  # (gpu index, pid) -> kernel
+    status["kernels"] = []
+    for kernel in kernels.get("kernels") or []:
+        allocator = kernel.get("allocator")
+        status["kernels"].append({
+            "id": kernel.get("id"),
+            "notebook": kernel.get("path"),
+            "pid": kernel.get("pid"),
+            "execution_state": kernel.get("execution_state"),
+            "gpu_memory": [{"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
+                           for r in kernel.get("gpu_memory") or []],
+            # null: the kernel did not load jupyter_gpu, so it reports no allocator figures
+            "allocator": {
+                "cuda_in_use": bool(allocator.get("cuda_in_use")),
+                "devices": [{k: d.get(k) for k in ("index", "allocated_bytes", "reserved_bytes")}
+                            for d in allocator.get("devices") or []],
+            } if isinstance(allocator, dict) else None,
+        })
+        for row in kernel.get("gpu_memory") or []:
+            for pid in row.get("pids") or []:
+                owner[(row.get("gpu_index"), pid)] = kernel
+    others = {(p.get("gpu_index"), p.get("pid")): p for p in kernels.get("unattributed") or []}
+    for gpu in latest.get("gpus") or []:
+        index = gpu.get("index")
+        status["gpus"].append({k: gpu.get(k, static.get(index, {}).get(k)) for k in GPU_FIELDS})
+        for proc in gpu.get("processes") or []:
+            key = (index, proc.get("pid"))
+            if key in owner:
+                kernel = owner[key]
+                status["processes"].append(_process(index, proc, kernel_id=kernel.get("id"), notebook=kernel.get("path")))
+            elif key in others:  # absent from both: another user's, counted in hidden_processes
+                other = others[key]
+                status["processes"].append(_process(index, proc, command=other.get("command"), user=other.get("user")))
+    status["hidden_processes"] = kernels.get("hidden_processes")
+    status["available"] = True
+    return status
+
+
+def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
+    return {
+        "source": {"kind": kind, "url": url, "simulated": simulated},
+        "available": False,
+        "reason": None,
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "gpus": [],
+        "processes": [],
+        "kernels": None,  # null: no server was asked, so kernels are unknown (not absent)
+        "hidden_processes": None,
+        "notes": [],
+    }
+
+
+def _process(index: int, proc: dict[str, Any], *, kernel_id: str | None = None, notebook: str | None = None,
+             command: str | None = None, user: str | None = None) -> dict[str, Any]:
+    return {"gpu_index": index, "pid": proc.get("pid"), "used_memory_bytes": proc.get("used_memory_bytes"),
+            "kernel_id": kernel_id, "notebook": notebook, "command": command, "user": user}
+
+
+# -- text --------------------------------------------------------------------------------------
+
+
+def _value(value: Any, unit: str) -> str:
+    return "n/a" if value is None else f"{value:.0f} {unit}"
+
+
+def _gpu_row(gpu: dict[str, Any]) -> list[str]:
+    if gpu["state"] != "ok":
+        return [str(gpu["index"]), gpu.get("name") or "", gpu["state"].upper(), gpu.get("error") or "", "", ""]
+    used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
+    share = f" ({used / total:.0%})" if used is not None and total else ""
+    limit = gpu.get("power_limit_watts")
+    return [
+        str(gpu["index"]),
+        gpu.get("name") or "",
+        _value(gpu.get("utilization_gpu_percent"), "%"),
+        f"{format_bytes(used)} / {format_bytes(total)}{share}",
+        _value(gpu.get("temperature_celsius"), "C"),
+        _value(gpu.get("power_watts"), "W") + ("" if limit is None else f" / {limit:.0f} W"),
+    ]
+
+
+def _owner(proc: dict[str, Any]) -> str:
+    if proc["kernel_id"]:
+        where = proc["notebook"] or "a kernel with no notebook"
+        return f"{where} (kernel {proc['kernel_id'][:8]})"
+    if proc["command"]:
+        return proc["command"][:100] + (f" [{proc['user']}]" if proc["user"] else "")
+    return "not visible from here (another user, container or PID namespace)"
+
+
+def _kernel_row(kernel: dict[str, Any]) -> list[str]:
+    held = ", ".join(f"{format_bytes(r['used_memory_bytes'])} on GPU {r['gpu_index']}" for r in kernel["gpu_memory"])
+    report = kernel["allocator"]
+    if report is None:
+        allocator = "not reported (%load_ext jupyter_gpu in it)"
+    elif not report["cuda_in_use"]:
+        allocator = "no CUDA in use"
+    else:
+        allocator = "; ".join(
+            f"GPU {d['index']}: {format_bytes(d['allocated_bytes'])} / {format_bytes(d['reserved_bytes'])}"
+            for d in report["devices"]
+        ) or "nothing allocated"
+    return [kernel["notebook"] or "(no notebook)", (kernel["id"] or "")[:8], kernel["execution_state"] or "",
+            held or "none", allocator]
+
+
+def render(status: dict[str, Any]) -> str:
+    source = status["source"]
+    where = f"from {source['url']}" if source["url"] else "from NVML on this machine"
+    if source["simulated"]:
+        where += ", SIMULATED readings"
+    if not status["available"]:
+        return f"No GPU ({where}): {status['reason']}"
+    driver = f"driver {status['driver_version']}, CUDA {status['cuda_driver_version']}"
+    lines = [f"GPUs {where}; {driver}", ""]
+    lines += format_table(["GPU", "Name", "Util", "Memory used / total", "Temp", "Power / limit"],
+                          [_gpu_row(g) for g in status["gpus"]], [True, False, True, True, True, True])
+    lines += ["", "Processes"]
+    if status["processes"]:
+        lines += format_table(["GPU", "PID", "Memory", "Notebook or command"],
+                              [[str(p["gpu_index"]), str(p["pid"]), format_bytes(p["used_memory_bytes"]), _owner(p)]
+                               for p in status["processes"]], [True, True, True, False])
+    else:
+        lines.append("none")
+    if status["hidden_processes"]:
+        lines.append(f"(+{status['hidden_processes']} process(es) of other users, not shown: "
+                     "c.GPUMonitor.show_all_users = True shows them)")
+    if status["kernels"] is not None:
+        lines += ["", "Notebooks"]
+        if status["kernels"]:
+            lines += format_table(["Notebook", "Kernel", "State", "GPU memory", "PyTorch allocated / reserved"],
+                                  [_kernel_row(k) for k in status["kernels"]], [False] * 5)
+        else:
+            lines.append("no kernels running")
+    else:
+        lines += ["", "(no Jupyter server asked, so no notebooks: pass --url to name one)"]
+    lines += status["notes"]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.url and args.no_server:
+        raise CliError("--url and --no-server contradict each other", EXIT_USAGE)
+    if args.token and not args.url:
+        raise CliError("--token goes with --url (servers found here bring their own token)", EXIT_USAGE)
+    if args.url:
+        status = from_server(server_from_url(args.url, args.token or os.environ.get("JUPYTER_TOKEN")))
+    elif args.no_server:
+        status = from_nvml()
+    else:
+        server, notes = find_server()
+        status = from_server(server) if server else from_nvml()
+        status["notes"] += notes
+    if args.json:
+        print_json(status)
+    else:
+        print(render(status))
+    return EXIT_OK if status["available"] else EXIT_NO_GPU

@@ -1,0 +1,49 @@
+"""``jupyter gpu warmup``: pay CUDA's one-time start-up costs on every GPU, timed step by step.
+
+Each process warms only itself, so this is not a warm-up for notebooks: it shows instructors
+what the first steps cost on each GPU and that every library loads (cuBLAS, cuDNN, attention).
+"""
+from __future__ import annotations
+
+import argparse
+
+from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, no_gpu_reason
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "warmup",
+        help="run %%gpu_warmup's steps on every GPU and time them",
+        description="Per GPU: CUDA context, elementwise/reduction/RNG kernels, a matmul per dtype, "
+        "linear, conv2d + batchnorm (fp32 and half-precision autocast), attention, a backward "
+        "pass with an AdamW step. Exits 1 when a step fails.",
+    )
+    p.add_argument("--devices", default="all", help="GPU indices such as 0,1 (default: all)")
+    p.add_argument("--nccl", action="store_true", help="also start an NCCL communicator per GPU")
+    p.add_argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
+    p.set_defaults(run=run)
+
+
+def parse_devices(text: str, count: int) -> list[int]:
+    """``all`` or comma-separated indices below ``count``, each once, in the order given."""
+    if text.strip() == "all":
+        return list(range(count))
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if not parts or not all(t.isdigit() and int(t) < count for t in parts):
+        raise CliError(f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by "
+                       f"commas, or 'all' ({count} GPU{'s' if count != 1 else ''} visible)", EXIT_USAGE)
+    return list(dict.fromkeys(int(t) for t in parts))
+
+
+def run(args: argparse.Namespace) -> int:
+    reason = no_gpu_reason()
+    if reason is not None:
+        raise CliError(f"nothing to warm. {reason}. Run `jupyter gpu doctor` for the fix.", EXIT_NO_GPU)
+    import torch
+
+    from ..kernel.warmup import warm_up
+
+    report = warm_up(parse_devices(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
+    print(report)
+    failed = any(step.error for section in report.sections for step in section.steps)
+    return EXIT_FAIL if failed else EXIT_OK

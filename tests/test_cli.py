@@ -1,0 +1,413 @@
+"""``jupyter gpu`` as users run it: subprocesses, exit codes, JSON a script can rely on, and
+``status`` against real Jupyter servers replaying H200 readings (simulated NVML)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import HAS_GPU, READINGS
+from test_server_kernels import children, kernel_on_gpu  # noqa: F401 -- children is a fixture
+
+jsonschema = pytest.importorskip("jsonschema")
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the verdicts of a machine without a GPU")
+
+NULLABLE_STR = {"type": ["string", "null"]}
+NULLABLE_NUM = {"type": ["number", "null"]}
+STATUS_SCHEMA = {
+    "type": "object",
+    "required": ["source", "available", "reason", "driver_version", "cuda_driver_version", "gpus",
+                 "processes", "kernels", "hidden_processes", "notes"],
+    "properties": {
+        "source": {"type": "object", "required": ["kind", "url", "simulated"],
+                   "properties": {"kind": {"enum": ["nvml", "server"]}, "url": NULLABLE_STR,
+                                  "simulated": {"type": "boolean"}}},
+        "available": {"type": "boolean"},
+        "reason": NULLABLE_STR,
+        "gpus": {"type": "array", "items": {
+            "type": "object",
+            "required": ["index", "uuid", "name", "state", "utilization_gpu_percent", "memory_used_bytes",
+                         "memory_total_bytes", "temperature_celsius", "power_watts", "power_limit_watts"],
+            "properties": {"index": {"type": "integer"}, "state": {"enum": ["ok", "lost"]},
+                           "memory_used_bytes": {"type": ["integer", "null"]}, "power_watts": NULLABLE_NUM}}},
+        "processes": {"type": "array", "items": {
+            "type": "object",
+            "required": ["gpu_index", "pid", "used_memory_bytes", "kernel_id", "notebook", "command", "user"],
+            "properties": {"pid": {"type": "integer"}, "kernel_id": NULLABLE_STR, "notebook": NULLABLE_STR}}},
+        "kernels": {"type": ["array", "null"], "items": {
+            "type": "object", "required": ["id", "notebook", "pid", "execution_state", "gpu_memory", "allocator"]}},
+        "hidden_processes": {"type": ["integer", "null"]},
+        "notes": {"type": "array", "items": {"type": "string"}},
+    },
+}
+PREFLIGHT_SCHEMA = {
+    "type": "object",
+    "required": ["ok", "verdict", "torch", "cuda", "gpus", "all_reduce"],
+    "properties": {
+        "ok": {"type": "boolean"},
+        "verdict": {"type": "string"},
+        "gpus": {"type": "array", "items": {
+            "type": "object", "required": ["index", "name", "capability", "matmul", "ok", "error"]}},
+        "all_reduce": {"type": ["object", "null"], "required": [
+            "ok", "error", "backend", "world_size", "size_bytes", "iterations", "nccl_version", "seconds",
+            "algorithm_bandwidth_gbps", "bus_bandwidth_gbps"]},
+    },
+}
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jupyter_gpu", *args], capture_output=True, text=True,
+                          env=env or ENV, timeout=timeout)
+
+
+def cli_together(*commands: tuple[str, ...], timeout: float = 120) -> list[subprocess.CompletedProcess]:
+    """Several commands at once: each spends seconds importing torch."""
+    started = [subprocess.Popen([sys.executable, "-m", "jupyter_gpu", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=ENV) for args in commands]
+    outputs = [p.communicate(timeout=timeout) for p in started]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs)]
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    """Bad input ends in one line on stderr: never a traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+# -- arguments and entry points -----------------------------------------------------------------
+
+
+def test_jupyter_finds_the_subcommand(tmp_path):
+    """`jupyter gpu` runs the `jupyter-gpu` script pip installs; here a stand-in on PATH."""
+    shim = tmp_path / "jupyter-gpu"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m jupyter_gpu \"$@\"\n")
+    shim.chmod(0o755)
+    env = dict(ENV, PATH=f"{tmp_path}{os.pathsep}{ENV['PATH']}")
+    done = subprocess.run(["jupyter", "gpu", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "{status,doctor,warmup,preflight}" in done.stdout and "3 no usable GPU" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), None),
+    (("status", "--url", "localhost:8888"), "give the server's address"),
+    (("status", "--token", "abc"), "--token goes with --url"),
+    (("status", "--url", "http://127.0.0.1:1/", "--no-server"), "contradict"),
+    (("preflight", "--iters", "0"), "--iters must be at least 1"),
+    (("preflight", "--size-mib", "lots"), "invalid int value"),
+    (("teleport",), "invalid choice"),
+])
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    done = cli(*args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    if message:
+        assert message in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_server_that_does_not_answer_is_one_line_and_exit_1():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = cli("status", "--url", f"http://127.0.0.1:{port}/")
+    assert done.returncode == 1
+    assert one_line_error(done).startswith(f"jupyter gpu status: cannot reach http://127.0.0.1:{port}/")
+
+
+# -- a machine without a GPU ----------------------------------------------------------------
+
+
+@no_gpu_only
+def test_status_without_gpu_says_why_in_one_line():
+    done = cli("status", "--no-server")
+    assert done.returncode == 3
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("No GPU (from NVML on this machine): ")
+    body = json.loads(cli("status", "--no-server", "--json").stdout)
+    jsonschema.validate(body, STATUS_SCHEMA)
+    assert body["available"] is False and body["reason"] == lines[0].split(": ", 1)[1]
+    assert body["source"] == {"kind": "nvml", "url": None, "simulated": False}
+
+
+@no_gpu_only
+def test_doctor_fails_with_exit_1_and_the_same_report_as_json():
+    done = cli("doctor", "--json", "--no-server")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["cuda_ready"] is False and report["status"] == "fail"
+    assert report["verdict"].startswith("No GPU: ")
+    assert any(c["status"] == "fail" and c["fix"] for c in report["checks"])
+
+
+@no_gpu_only
+def test_preflight_and_warmup_refuse_without_gpu():
+    text, as_json, warmup = cli_together(("preflight",), ("preflight", "--json"), ("warmup",))
+    assert text.returncode == 3
+    line = one_line_error(text)
+    assert line.startswith("jupyter gpu preflight: preflight cannot run: No GPU: ")
+    assert line.endswith("Run `jupyter gpu doctor` for the fix.")
+    assert as_json.returncode == 3
+    report = json.loads(as_json.stdout)
+    jsonschema.validate(report, PREFLIGHT_SCHEMA)
+    assert report["ok"] is False and report["verdict"].startswith("No GPU: ") and report["gpus"] == []
+    assert warmup.returncode == 3
+    assert one_line_error(warmup).startswith("jupyter gpu warmup: nothing to warm. No GPU: ")
+
+
+# -- status against real Jupyter servers --------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, token: str, method: str = "GET", body: dict | None = None) -> dict:
+    request = urllib.request.Request(url, method=method, headers={"Authorization": f"token {token}"},
+                                     data=json.dumps(body).encode() if body is not None else None)
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`jupyter server` in its own process, as a workshop host starts it, NVML simulated."""
+    home = tmp_path_factory.mktemp("server")
+    (home / "course").mkdir()
+    env = dict(ENV, JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_CONFIG_DIR=str(home / "config"),
+               JUPYTER_DATA_DIR=str(home / "data"))
+    port, token = _free_port(), "workshop-token"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--ServerApp.jpserver_extensions=jupyter_gpu=True",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         "--ServerApp.allow_root=True", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={home}",
+         "--ServerApp.base_url=/hub/user/alice/", "--GPUMonitor.backend=simulated",
+         f"--GPUMonitor.simulated_readings={READINGS}", "--GPUMonitor.interval=0.2"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://localhost:{port}/hub/user/alice/"  # as the server writes it in its runtime file
+    kernel_pid = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if _get(url + "api/gpu/telemetry", token).get("latest"):
+                    break
+            except OSError:
+                pass
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "the server did not start within 60 s"
+            time.sleep(0.2)
+        session = _get(url + "api/sessions", token, "POST",
+                       {"path": "course/week1.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+        kernel_pid = next(k["pid"] for k in _get(url + "api/gpu/kernels", token)["kernels"])
+        yield {"url": url, "token": token, "env": env, "kernel_id": session["kernel"]["id"], "home": home}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        _kill_if_ours(kernel_pid, str(home))  # a server killed hard leaves its kernels behind
+
+
+def _kill_if_ours(pid: int | None, marker: str) -> None:
+    """Kill the server's kernel if it outlived the server (its command line names our dir)."""
+    try:
+        process = psutil.Process(pid) if pid else None
+        if process is not None and marker in " ".join(process.cmdline()):
+            process.kill()
+    except psutil.Error:
+        pass
+
+
+def test_status_finds_the_running_server_and_lists_notebooks(server):
+    """No --url: the server is found in the runtime dir, with its base_url and token."""
+    done = cli("status", "--json", env=server["env"])
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    jsonschema.validate(status, STATUS_SCHEMA)
+    assert status["source"] == {"kind": "server", "url": server["url"], "simulated": True}
+    assert [g["name"] for g in status["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
+    assert status["gpus"][0]["memory_total_bytes"] == 150754820096
+    assert status["driver_version"] == "580.159.04"
+    [kernel] = status["kernels"]
+    assert kernel["notebook"] == "course/week1.ipynb" and kernel["id"] == server["kernel_id"]
+    assert kernel["gpu_memory"] == [] and kernel["allocator"] is None
+    # The replayed processes exist on no machine here: shown, never guessed to be anyone's.
+    assert {p["pid"] for p in status["processes"]} >= {564}
+    assert all(p["kernel_id"] is None for p in status["processes"])
+
+    text = cli("status", env=server["env"]).stdout
+    assert text.startswith(f"GPUs from {server['url']}, SIMULATED readings; driver 580.159.04, CUDA 13.0")
+    assert "NVIDIA H200" in text and "140.40 GiB" in text
+    assert "course/week1.ipynb" in text and "not reported (%load_ext jupyter_gpu in it)" in text
+    assert "not visible from here" in text
+
+
+def test_status_with_a_wrong_token_explains_the_403(server):
+    done = cli("status", "--url", server["url"], "--token", "wrong", env=server["env"])
+    assert done.returncode == 1
+    assert "refused the request (HTTP 403): pass the server's token with --token" in one_line_error(done)
+
+
+async def test_status_names_the_notebook_whose_kernel_holds_gpu_memory(
+    jp_fetch, jp_serverapp, jp_http_port, jp_base_url, gpu_monitor, children  # noqa: F811
+):
+    """A real kernel of a real server holds (simulated) memory on GPU 1 with a child process."""
+    kernel_id, kernel_pid, child = await kernel_on_gpu(jp_fetch, gpu_monitor, children)
+    await asyncio.sleep(0.3)  # a few samples of the simulated readings that now list them
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    token = jp_serverapp.identity_provider.token
+    results = []
+    for extra in (["--json"], []):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyter_gpu", "status", "--url", url, "--token", token, *extra,
+            env=ENV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, err.decode()
+        results.append(out.decode())
+    status = json.loads(results[0])
+    jsonschema.validate(status, STATUS_SCHEMA)
+    mine = [p for p in status["processes"] if p["kernel_id"] == kernel_id]
+    assert {(p["gpu_index"], p["pid"]) for p in mine} == {(1, kernel_pid), (1, child)}
+    assert {p["notebook"] for p in mine} == {"course/week1/train.ipynb"}
+    [kernel] = [k for k in status["kernels"] if k["id"] == kernel_id]
+    assert kernel["gpu_memory"] == [{"gpu_index": 1, "used_memory_bytes": 3 * 2**30}]
+    tester = next(p for p in status["processes"] if p["pid"] == os.getpid())
+    assert tester["kernel_id"] is None and "pytest" in tester["command"]
+
+    text = results[1]
+    row = next(line for line in text.splitlines() if f" {kernel_pid} " in line)
+    assert row.split()[0] == "1" and "2.00 GiB" in row
+    assert row.endswith(f"course/week1/train.ipynb (kernel {kernel_id[:8]})")
+    assert "3.00 GiB on GPU 1" in text
+
+
+# -- pieces of preflight that run without a GPU --------------------------------------------------
+
+
+def test_allreduce_runs_ranks_through_torch_distributed_elastic():
+    """The launch preflight uses, on 2 CPU ranks with gloo: c10d on port 0, spawn, sums checked."""
+    pytest.importorskip("torch")
+    from jupyter_gpu.cli.allreduce import measure
+
+    result = measure(2, backend="gloo", size_bytes=1 << 20, iterations=3, warmup=1, timeout_s=60)
+    assert result.ok, result.error
+    assert result.world_size == 2 and result.seconds > 0
+    assert result.bus_bandwidth_gbps == pytest.approx(result.algorithm_bandwidth_gbps)  # 2(n-1)/n = 1
+
+
+def _gpu(index: int, errors: dict[str, float | None]) -> dict:
+    from jupyter_gpu.cli.preflight import DTYPES
+
+    matmul = {
+        name: ({"ok": None, "relative_error": None, "tolerance": DTYPES[name].tolerance, "skipped": "old GPU"}
+               if error is None else
+               {"ok": error <= DTYPES[name].tolerance, "relative_error": error,
+                "tolerance": DTYPES[name].tolerance, "skipped": None})
+        for name, error in errors.items()
+    }
+    return {"index": index, "name": "NVIDIA H200", "capability": "9.0", "memory_total_bytes": 150 * 2**30,
+            "memory_free_bytes": 149 * 2**30, "matmul": matmul, "error": None,
+            "ok": all(c["ok"] is not False for c in matmul.values())}
+
+
+def test_preflight_verdict_names_each_problem():
+    from jupyter_gpu.cli.preflight import render, verdict
+
+    good = {"fp64": 1e-15, "fp32": 1e-7, "tf32": 4e-4, "fp16": 3e-4, "bf16": 2e-3}
+    gpus = [_gpu(0, good), _gpu(1, {**good, "bf16": 0.9})]
+    ar = {"ok": True, "error": None, "backend": "nccl", "world_size": 2, "size_bytes": 256 * 2**20,
+          "iterations": 20, "nccl_version": "2.27.5", "seconds": 0.0014,
+          "algorithm_bandwidth_gbps": 191.7, "bus_bandwidth_gbps": 191.7}
+    ok, text = verdict(gpus, ar, None)
+    assert not ok and text == "NOT READY: GPU 1: wrong matmul in bf16"
+    ok, text = verdict(gpus[:1], ar, 300.0)
+    assert not ok and "bus bandwidth 191.7 GB/s is below --min-busbw 300" in text
+    ok, text = verdict(gpus[:1], ar, 100.0)
+    assert ok and text == "READY: 1 GPU computed correctly in every dtype; NCCL all-reduce at 191.7 GB/s bus bandwidth"
+    report = {"ok": False, "verdict": "NOT READY: ...", "torch": "2.11.0", "cuda": "13.0",
+              "gpus": [gpus[1], _gpu(2, {**good, "tf32": None, "bf16": None})], "all_reduce": ar}
+    lines = render(report).splitlines()
+    assert lines[1].startswith("GPU 1  NVIDIA H200  sm_90  149.0 of 150.0 GiB free  matmul fp64 fp32 tf32 fp16 bf16:WRONG")
+    assert lines[1].endswith("worst error 9.0e-01 (bf16)  FAIL")
+    assert "(no tf32, bf16 on this GPU)" in lines[2] and lines[2].endswith("PASS")
+    assert lines[3] == ("all-reduce across 2 GPUs (NCCL 2.27.5): 256 MiB in 1.400 ms: "
+                        "algorithm bandwidth 191.7 GB/s, bus bandwidth 191.7 GB/s")
+    assert lines[-1] == "NOT READY: ..."
+
+
+# -- on a GPU machine --------------------------------------------------------------------------
+
+
+def _nvidia_smi(query: str) -> list[list[str]]:
+    done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=True)
+    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.strip().splitlines()]
+
+
+@pytest.mark.gpu
+def test_status_agrees_with_nvidia_smi():
+    done = cli("status", "--no-server", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    status = json.loads(done.stdout)
+    jsonschema.validate(status, STATUS_SCHEMA)
+    smi = _nvidia_smi("index,uuid,name,memory.total")
+    assert [(g["index"], g["uuid"], g["name"]) for g in status["gpus"]] == [(int(i), u, n) for i, u, n, _ in smi]
+    for gpu, row in zip(status["gpus"], smi):
+        assert gpu["memory_total_bytes"] // 2**20 == pytest.approx(int(row[3]), abs=1)
+    assert "NVIDIA" in cli("status", "--no-server").stdout
+
+
+@pytest.mark.gpu
+def test_doctor_and_warmup_pass_on_every_gpu():
+    doctor, warmup = cli_together(("doctor", "--json", "--no-server"), ("warmup",), timeout=300)
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 0 and report["cuda_ready"], report["verdict"]
+    assert warmup.returncode == 0, warmup.stdout + warmup.stderr
+    count = len(_nvidia_smi("index"))
+    assert all(f"cuda:{i} " in warmup.stdout for i in range(count)) and "FAILED" not in warmup.stdout
+
+
+@pytest.mark.gpu
+def test_preflight_bandwidth_agrees_with_a_torchrun_timing_of_the_same_transfer():
+    size_mib, iterations = 256, 20
+    done = cli("preflight", "--json", "--size-mib", str(size_mib), "--iters", str(iterations), timeout=600)
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, PREFLIGHT_SCHEMA)
+    assert done.returncode == 0 and report["ok"], report["verdict"]
+    for gpu in report["gpus"]:
+        assert all(c["ok"] for c in gpu["matmul"].values() if c["skipped"] is None), gpu
+    print(report["verdict"])
+    count = len(report["gpus"])
+    if count < 2:
+        assert report["all_reduce"] is None
+        pytest.skip("one GPU: no all-reduce to compare")
+    ours = report["all_reduce"]
+    assert ours["ok"] and ours["world_size"] == count and ours["size_bytes"] == size_mib * 2**20
+    reference = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
+         str(ROOT / "tests" / "_allreduce_reference.py"), str(size_mib * 2**20), str(iterations)],
+        capture_output=True, text=True, env=ENV, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    seconds = json.loads(reference.stdout.strip().splitlines()[-1])["seconds"]
+    busbw = size_mib * 2**20 / seconds / 1e9 * 2 * (count - 1) / count
+    print(f"all-reduce {size_mib} MiB on {count} GPUs: preflight {ours['bus_bandwidth_gbps']:.1f} GB/s bus "
+          f"({ours['seconds'] * 1e3:.3f} ms), torchrun + CUDA events {busbw:.1f} GB/s ({seconds * 1e3:.3f} ms)")
+    assert ours["bus_bandwidth_gbps"] == pytest.approx(busbw, rel=0.35)
