@@ -93,6 +93,10 @@ def training_loop(device: str):
     import torch
 
     torch.manual_seed(0)
+    if device == "cpu":
+        # One intra-op thread: on a shared machine, threads waiting on each other's barriers
+        # drown a 0.1% effect in noise. The agent still competes for the GIL and a core.
+        torch.set_num_threads(1)
     # Small steps (milliseconds) are the agent's worst case: more steps share the GIL with it.
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)
