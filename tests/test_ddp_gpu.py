@@ -18,6 +18,17 @@ def _two_gpus() -> bool:
     return torch.cuda.device_count() >= 2
 
 
+# Rank 1 dies while both ranks are queueing 256 MiB all-reduces.
+KILLED_MID_ALL_REDUCE = """\
+import os, signal
+x = torch.ones(64 * 2**20, device=device)
+for step in range(10_000):
+    if RANK == 1 and step == 20:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(x)
+torch.cuda.synchronize()
+"""
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _two_gpus(), reason="needs two CUDA GPUs")]
 
 
@@ -65,16 +76,7 @@ def test_gpus_option_maps_ranks_to_the_listed_devices(gpu_kernel: Kernel) -> Non
 
 def test_a_rank_killed_mid_all_reduce_stops_the_other_quickly(gpu_kernel: Kernel) -> None:
     started = time.monotonic()
-    cell = gpu_kernel.run(textwrap.dedent("""\
-        %%ddp_launch -n 2
-        import os, signal
-        x = torch.ones(64 * 2**20, device=device)
-        for step in range(10_000):
-            if RANK == 1 and step == 20:
-                os.kill(os.getpid(), signal.SIGKILL)
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        """), timeout=60)
+    cell = gpu_kernel.run("%%ddp_launch -n 2\n" + KILLED_MID_ALL_REDUCE, timeout=60)
     elapsed = time.monotonic() - started
     assert cell.error is not None
     assert "rank 1 (pid" in cell.traceback and "killed by SIGKILL" in cell.traceback
@@ -120,16 +122,7 @@ def test_persistent_ranks_with_nccl_survive_an_interrupt_or_restart(gpu_kernel: 
 def test_a_rank_killed_mid_all_reduce_in_a_session_needs_a_restart(gpu_kernel: Kernel) -> None:
     assert gpu_kernel.run("%ddp_start -n 2").error is None
     try:
-        cell = gpu_kernel.run(textwrap.dedent("""\
-            %%ddp
-            import os, signal
-            x = torch.ones(64 * 2**20, device=device)
-            for step in range(10_000):
-                if RANK == 1 and step == 20:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                dist.all_reduce(x)
-            torch.cuda.synchronize()
-            """), timeout=60)
+        cell = gpu_kernel.run("%%ddp\n" + KILLED_MID_ALL_REDUCE, timeout=60)
         assert "killed by SIGKILL" in cell.traceback and "%ddp_restart" in cell.traceback
         assert gpu_kernel.run("%ddp_restart").error is None
         assert gpu_kernel.run("%%ddp\nx = torch.ones(1, device=device)\ndist.all_reduce(x)\n").error is None

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from . import protocol
 from .args import WorkerOptions
@@ -144,9 +144,11 @@ class Gang:
     """The local ranks of one rendezvous run."""
 
     def __init__(self, options: WorkerOptions, entrypoint: Callable[..., Any] | str,
-                 args: Callable[[str], tuple[Any, ...]]) -> None:
-        """``args(session_id)`` gives the entry point's arguments (the same for every rank)."""
+                 args: Callable[[str], tuple[Any, ...]], env: dict[str, str] | None = None) -> None:
+        """``args(session_id)`` gives the entry point's arguments (the same for every rank);
+        ``env`` is added to every rank's environment."""
         self.options = options
+        self._extra_env = env or {}
         self.session = uuid.uuid4().hex[:12]
         self._entrypoint = entrypoint
         self._args = args
@@ -164,7 +166,7 @@ class Gang:
         self.exited_cleanly = False
 
     # ----------------------------------------------------------------- start
-    def start(self, preset: list[Command] = ()) -> None:
+    def start(self, preset: Sequence[Command] = ()) -> None:
         """Rendezvous, then start the ranks; ``preset`` commands are queued before they run."""
         import torch.distributed as dist
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
@@ -232,6 +234,7 @@ class Gang:
             "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             "JUPYTER_GPU_KERNEL_PID": str(os.getpid()),
+            **self._extra_env,
         })
         if "OMP_NUM_THREADS" not in os.environ and opts.nproc > 1:
             env["OMP_NUM_THREADS"] = "1"  # what torchrun does, so throughput matches it
@@ -343,13 +346,12 @@ class Gang:
 
     def stop(self, clean: bool, timeout: float = 5.0) -> None:
         """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL."""
-        if self._pcontext is None:
-            return
-        with quiet_torch_logs():
-            if clean and not self.closed:
-                self.send(Command("stop"))
-                self._pcontext.wait(timeout=timeout, period=0.02)
-            self._pcontext.close(signal.SIGTERM, timeout=SHUTDOWN_TIMEOUT)
+        if self._pcontext is not None:
+            with quiet_torch_logs():
+                if clean and not self.closed:
+                    self.send(Command("stop"))
+                    self._pcontext.wait(timeout=timeout, period=0.02)
+                self._pcontext.close(signal.SIGTERM, timeout=SHUTDOWN_TIMEOUT)
         self.closed = True
         if self.pump is not None:
             self.pump.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 from IPython.core.error import UsageError
@@ -69,7 +70,9 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
                     got.death = gang.death_soon()
                 gang.abort_others()
                 gang.stop(clean=False)
-                raise report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
+                error = report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
+                error.lines.append(f"\nEvery rank's output: {gang.log_dir}\n")
+                raise error
         gang.stop(clean=True)
         gang.remove_logs()
         return {r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None
@@ -79,6 +82,7 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
     except KeyboardInterrupt:
         gang.abort_others()
         gang.stop(clean=False)
+        gang.remove_logs()
         raise report.interrupted(gang.ranks) from None
     finally:
         if not gang.closed:
@@ -92,9 +96,13 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
         raise UsageError(f"no such script: {script}")
     target = CellStreams()
     kernel_pid = str(os.getpid())
+    # The ranks run `python -m` this package's runner: make it importable however the kernel found it.
+    root = str(Path(__file__).resolve().parents[3])
+    pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     gang = Gang(options, sys.executable,
                 lambda session: ("-u", "-m", "jupyter_gpu.kernel.ddp.script", kernel_pid,
-                                 script, *script_args))
+                                 script, *script_args),
+                env={"PYTHONPATH": pythonpath})
     deadline = time.monotonic() + timeout if timeout else None
     try:
         gang.start()

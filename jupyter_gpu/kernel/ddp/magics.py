@@ -81,6 +81,8 @@ class DDPMagics(Magics):
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
         from .session import Session
 
+        self.close()  # a session whose ranks died: free its logs and rendezvous
+
         started = time.perf_counter()
         session = Session(options)
         session.start()

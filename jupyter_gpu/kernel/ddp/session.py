@@ -30,6 +30,8 @@ INTERRUPT_GRACE = 3.0
 
 
 class Session:
+    """The persistent ranks of one ``%ddp_start``, and what became of them."""
+
     def __init__(self, options: WorkerOptions) -> None:
         self.options = options
         self.gang: Gang | None = None
@@ -42,30 +44,34 @@ class Session:
         return self.gang is not None and not self.gang.closed
 
     def start(self) -> None:
+        """Start the ranks and wait until every one has its process group up."""
         gang = cell_gang(self.options)
         try:
             gang.start()
             assert gang.pump is not None
             gang.pump.set_target(CellStreams(), (0,))
             got = gang.collect(0)
-        except KeyboardInterrupt:
+            if report.incomplete(got, len(gang.ranks)):
+                raise report.error_for(got, gang.ranks, "", "", None)
+        except BaseException as exc:
             gang.stop(clean=False)
-            raise report.interrupted(gang.ranks) from None
-        if report.incomplete(got, len(gang.ranks)):
-            gang.stop(clean=False)
-            raise report.error_for(got, gang.ranks, "", "", None)
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, DDPError):
+                raise report.interrupted(gang.ranks) from None
+            raise
         gang.pump.drain()
         self.gang = gang
         self.info = {r: reply.info for r, reply in got.replies.items()}
         self.down_reason = None
 
     def stop(self) -> None:
+        """Stop the ranks (cleanly when they are idle) and remove their logs."""
         if self.gang is not None:
             self.gang.stop(clean=self.alive, timeout=INTERRUPT_GRACE)
             self.gang.remove_logs()
             self.gang = None
 
     def restart(self) -> None:
+        """Fresh ranks with the same options: the way out of a stuck or poisoned process group."""
         self.stop()
         self.start()
 
