@@ -21,6 +21,7 @@ FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.warmup",
     "jupyter_gpu.kernel.doctor.magic",
     "jupyter_gpu.kernel.ddp.magics",
+    "jupyter_gpu.kernel.monitor",
 )
 
 _undo: dict[int, list[Callable[[], None]]] = {}
