@@ -1,9 +1,13 @@
 """``%%ddp_launch`` in a real kernel on CPU with gloo: output, results, errors, teardown."""
 from __future__ import annotations
 
+import socket
 import textwrap
 import time
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from _ddp_kernel import Cell, Kernel, ddp_kernel, helper_processes, rank_processes, wait_gone  # noqa: F401
 
@@ -152,22 +156,57 @@ def test_script_runs_like_torchrun_and_its_error_is_shown(ddp_kernel: Kernel, tm
     assert "runpy" not in cell.traceback
 
 
-def test_two_notebooks_launch_at_the_same_time(ddp_kernel: Kernel) -> None:
-    # This one claims two GPUs, so loading the magics starts its forkserver right away.
-    other = Kernel(CUDA_VISIBLE_DEVICES="0,1")
-    try:
-        deadline = time.monotonic() + 10
-        while not any("multiprocessing.forkserver" in c for c in helper_processes(other.pid)):
-            assert time.monotonic() < deadline, "no forkserver was started at load time"
-            time.sleep(0.1)
-        cells = {k: k.submit(f"%%ddp_launch -n 2 --output all\nx = torch.full((1,), {i}.0)\n"
-                             "dist.all_reduce(x)\nprint('sum', x.item())\n")
-                 for i, k in enumerate((ddp_kernel, other), start=1)}
-        for k, msg_id in cells.items():
-            k.wait(msg_id)
-        assert sorted(Cell(ddp_kernel, cells[ddp_kernel]).stdout.splitlines()) == [
-            "[rank 0] sum 2.0", "[rank 1] sum 2.0"]
-        assert sorted(Cell(other, cells[other]).stdout.splitlines()) == [
-            "[rank 0] sum 4.0", "[rank 1] sum 4.0"]
-    finally:
-        other.close()
+@pytest.fixture(scope="module")
+def other_kernel() -> Iterator[Kernel]:
+    """A second notebook. It claims two GPUs, so loading the magics starts its forkserver."""
+    kernel = Kernel(CUDA_VISIBLE_DEVICES="0,1")
+    yield kernel
+    kernel.close()
+
+
+def run_together(cells: dict[Kernel, str]) -> dict[Kernel, Cell]:
+    """Submit one cell to each kernel at once, then wait for all of them."""
+    ids = {kernel: kernel.submit(code) for kernel, code in cells.items()}
+    for kernel, msg_id in ids.items():
+        kernel.wait(msg_id)
+    return {kernel: Cell(kernel, msg_id) for kernel, msg_id in ids.items()}
+
+
+def test_two_notebooks_launch_at_the_same_time(ddp_kernel: Kernel, other_kernel: Kernel) -> None:
+    deadline = time.monotonic() + 10
+    while not any("multiprocessing.forkserver" in c for c in helper_processes(other_kernel.pid)):
+        assert time.monotonic() < deadline, "no forkserver was started at load time"
+        time.sleep(0.1)
+    done = run_together({k: f"%%ddp_launch -n 2 --output all\nx = torch.full((1,), {i}.0)\n"
+                            "dist.all_reduce(x)\nprint('sum', x.item())\n"
+                         for i, k in enumerate((ddp_kernel, other_kernel), start=1)})
+    assert sorted(done[ddp_kernel].stdout.splitlines()) == ["[rank 0] sum 2.0", "[rank 1] sum 2.0"]
+    assert sorted(done[other_kernel].stdout.splitlines()) == ["[rank 0] sum 4.0", "[rank 1] sum 4.0"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_kernels_as_two_nodes(ddp_kernel: Kernel, other_kernel: Kernel) -> None:
+    """Multi-node through a c10d endpoint (both 'nodes' on this host), and static --node-rank."""
+    kernels = (ddp_kernel, other_kernel)
+    for how in ("", "--node-rank {i}"):
+        endpoint = f"localhost:{_free_port()}"
+        done = run_together({
+            k: f"%%ddp_launch -n 1 --nnodes 2 --rdzv-endpoint {endpoint} {how.format(i=i)} --output all\n"
+               "x = torch.ones(1) * (RANK + 1)\ndist.all_reduce(x)\nprint(RANK, WORLD_SIZE, x.item())\n"
+            for i, k in enumerate(kernels)})
+        outputs = sorted(cell.stdout for cell in done.values())
+        assert outputs == ["[rank 0] 0 2 3.0\n", "[rank 1] 1 2 3.0\n"], [c.traceback for c in done.values()]
+    # One node's rank fails: the other node's kernel stops its ranks instead of waiting.
+    endpoint = f"localhost:{_free_port()}"
+    started = time.monotonic()
+    done = run_together({k: f"%%ddp_launch -n 1 --nnodes 2 --rdzv-endpoint {endpoint} --node-rank {i}\n"
+                            "import time\nif RANK == 1:\n    raise ValueError('node 1 fails')\ntime.sleep(60)\n"
+                         for i, k in enumerate(kernels)})
+    assert time.monotonic() - started < 20
+    assert "ValueError: node 1 fails" in done[other_kernel].traceback
+    assert "the ranks of another node failed" in done[ddp_kernel].traceback

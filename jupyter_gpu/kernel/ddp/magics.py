@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any, Callable
 
@@ -169,13 +170,15 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
 
     With two or more GPUs visible the rank forkserver starts now, in the background, so that
     the first %%ddp_launch does not wait for it to import torch (the kernel itself imports none).
+    It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
+    a shared server) leaves it to the first launch.
     """
     from ..extension import unregister_magics
     from .gang import prestart_forkserver, visible_gpus
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)
-    if visible_gpus() >= 2:
+    if visible_gpus() >= 2 and os.environ.get("JUPYTER_GPU_DDP_PRESTART", "1") != "0":
         prestart_forkserver()
 
     def undo() -> None:
