@@ -152,6 +152,16 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         time.sleep(0.1)
 
 
+def no_ranks_left(pid: int, timeout: float = 5) -> bool:
+    """Whether every rank of the kernel is gone within ``timeout`` (teardown may finish late)."""
+    deadline = time.monotonic() + timeout
+    while rank_processes(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 _shared: list[Kernel] = []
 
 
@@ -159,7 +169,7 @@ _shared: list[Kernel] = []
 def ddp_kernel(request: pytest.FixtureRequest) -> Kernel:
     """One kernel for all ddp test modules: its forkserver is warm after the first launch.
 
-    Each module that imports this fixture gets its own fixture definition, hence the cache.
+    Each module that imports this fixture gets its own definition of it, hence the cache.
     """
     if not _shared:
         _shared.append(Kernel())

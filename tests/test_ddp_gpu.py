@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from _ddp_kernel import Cell, Kernel, rank_processes, wait_gone
+from _ddp_kernel import Cell, Kernel, no_ranks_left
 
 
 def _two_gpus() -> bool:
@@ -34,8 +34,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _two_gpus(), reason="needs
 
 @pytest.fixture(scope="module")
 def gpu_kernel() -> Iterator[Kernel]:
-    """A kernel that has used CUDA itself before any launch, as after %gpu_warmup."""
-    kernel = Kernel()
+    """A kernel that has used CUDA itself before any launch, as after %gpu_warmup.
+
+    Its forkserver is not started at load time, so it is started after the kernel used CUDA.
+    """
+    kernel = Kernel(JUPYTER_GPU_DDP_PRESTART="0")
     cell = kernel.run("import torch\ntorch.zeros(1, device='cuda')\nprint(torch.cuda.is_initialized())")
     assert cell.stdout.strip() == "True", cell.traceback
     yield kernel
@@ -81,7 +84,7 @@ def test_a_rank_killed_mid_all_reduce_stops_the_other_quickly(gpu_kernel: Kernel
     assert cell.error is not None
     assert "rank 1 (pid" in cell.traceback and "killed by SIGKILL" in cell.traceback
     assert elapsed < 20, f"took {elapsed:.1f} s"
-    assert wait_gone([p.pid for p in rank_processes(gpu_kernel.pid)], 5) == []
+    assert no_ranks_left(gpu_kernel.pid)
 
 
 def test_a_raising_rank_with_nccl_shows_cell_lines(gpu_kernel: Kernel) -> None:
@@ -94,7 +97,7 @@ def test_a_raising_rank_with_nccl_shows_cell_lines(gpu_kernel: Kernel) -> None:
         torch.cuda.synchronize()
         """))
     assert "Error on rank 0:" in cell.traceback and "line 4" in cell.traceback
-    assert rank_processes(gpu_kernel.pid) == []
+    assert no_ranks_left(gpu_kernel.pid)
 
 
 def test_persistent_ranks_with_nccl_survive_an_interrupt_or_restart(gpu_kernel: Kernel) -> None:
@@ -116,7 +119,7 @@ def test_persistent_ranks_with_nccl_survive_an_interrupt_or_restart(gpu_kernel: 
         assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: 2.0, 1: 2.0}"
     finally:
         gpu_kernel.run("%ddp_stop")
-    assert wait_gone([p.pid for p in rank_processes(gpu_kernel.pid)], 5) == []
+    assert no_ranks_left(gpu_kernel.pid)
 
 
 def test_a_rank_killed_mid_all_reduce_in_a_session_needs_a_restart(gpu_kernel: Kernel) -> None:

@@ -9,7 +9,8 @@ from typing import Iterator
 
 import pytest
 
-from _ddp_kernel import Cell, Kernel, ddp_kernel, helper_processes, rank_processes, wait_gone  # noqa: F401
+from _ddp_kernel import (  # noqa: F401 - ddp_kernel is a fixture
+    Cell, Kernel, ddp_kernel, helper_processes, no_ranks_left, rank_processes, wait_gone)
 
 ALL_REDUCE = """%%ddp_launch -n 2 --output all
 print(f"hello from {RANK} of {WORLD_SIZE} on {device}")
@@ -82,7 +83,7 @@ def test_a_raising_rank_shows_its_traceback_with_cell_lines_and_stops_the_others
     assert "Every rank's output: " in tb  # where the log files are kept
     assert "jupyter_gpu/kernel" not in tb and "torch/distributed" not in tb  # no launcher internals
     assert shown_after < 5, f"the error came {shown_after:.1f} s after the exception"
-    assert rank_processes(ddp_kernel.pid) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_a_rank_killed_by_a_signal_is_reported_as_such(ddp_kernel: Kernel) -> None:
@@ -97,7 +98,7 @@ def test_a_rank_killed_by_a_signal_is_reported_as_such(ddp_kernel: Kernel) -> No
     assert cell.error is not None
     assert "rank 1 (pid" in cell.traceback and "killed by SIGKILL (out of memory?)" in cell.traceback
     assert "about to die" in cell.traceback  # the last lines of its stderr
-    assert wait_gone([p.pid for p in rank_processes(ddp_kernel.pid)], 5) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_interrupt_stops_every_rank(ddp_kernel: Kernel) -> None:
@@ -111,13 +112,13 @@ def test_interrupt_stops_every_rank(ddp_kernel: Kernel) -> None:
     assert errors and errors[0]["ename"] == "DDPInterrupted"
     assert "stopped ranks 0, 1" in "\n".join(errors[0]["traceback"])
     assert wait_gone(pids, 5) == []
-    assert rank_processes(ddp_kernel.pid) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_timeout_stops_the_ranks(ddp_kernel: Kernel) -> None:
     cell = ddp_kernel.run("%%ddp_launch -n 2 --timeout 1\nimport time\ntime.sleep(60)\n", timeout=30)
     assert cell.error is not None and "timed out after 1 s" in cell.traceback
-    assert rank_processes(ddp_kernel.pid) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_bad_arguments_are_a_usage_error(ddp_kernel: Kernel) -> None:
@@ -130,7 +131,7 @@ def test_bad_arguments_are_a_usage_error(ddp_kernel: Kernel) -> None:
 def test_a_syntax_error_is_shown_before_any_rank_starts(ddp_kernel: Kernel) -> None:
     cell = ddp_kernel.run("%%ddp_launch -n 2\nx = 1\ny = (\n")
     assert cell.error is not None and cell.error["ename"] == "SyntaxError"
-    assert rank_processes(ddp_kernel.pid) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_script_runs_like_torchrun_and_its_error_is_shown(ddp_kernel: Kernel, tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from typing import Iterator
 
 import pytest
 
-from _ddp_kernel import Cell, Kernel, ddp_kernel, rank_processes, wait_gone  # noqa: F401 - fixture
+from _ddp_kernel import (  # noqa: F401 - ddp_kernel is a fixture
+    Cell, Kernel, ddp_kernel, no_ranks_left, rank_processes, wait_gone)
 
 
 @pytest.fixture()
@@ -18,7 +19,7 @@ def session(ddp_kernel: Kernel) -> Iterator[Kernel]:
     assert cell.error is None and "2 ranks ready (gloo on cpu)" in cell.stdout, cell.traceback or cell.stderr
     yield ddp_kernel
     ddp_kernel.run("%ddp_stop")
-    assert wait_gone([p.pid for p in rank_processes(ddp_kernel.pid)], 5) == []
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_namespace_push_pull_and_status(session: Kernel) -> None:

@@ -164,6 +164,8 @@ class Gang:
         self._stderr: dict[int, str] = {}
         self.closed = False  # the processes are gone (or being torn down)
         self.exited_cleanly = False
+        self.keep_logs = False  # set when an error message points at them
+        self._stopped = False
 
     # ----------------------------------------------------------------- start
     def start(self, preset: Sequence[Command] = ()) -> None:
@@ -344,21 +346,40 @@ class Gang:
             with contextlib.suppress(Exception):
                 self._shared.set(protocol.ABORT_KEY, b"1")
 
-    def stop(self, clean: bool, timeout: float = 5.0) -> None:
-        """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL."""
+    def stop(self, clean: bool, timeout: float = 5.0, wait: bool = True) -> None:
+        """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL.
+
+        ``wait=False`` sends SIGTERM now and leaves the rest (SIGKILL for stragglers, closing the
+        logs and the rendezvous) to a thread, so that an error is shown without waiting for the
+        processes to exit: a CUDA process blocked in NCCL can take seconds to go.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._pcontext is not None and clean and not self.closed:
+            with quiet_torch_logs():
+                self.send(Command("stop"))
+                self._pcontext.wait(timeout=timeout, period=0.02)
+        if self._pcontext is not None and not wait and not self.closed:
+            for pid in self._pcontext.pids().values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        self.closed = True
+        if self.pump is not None:
+            self.pump.drain()
+        if wait:
+            self._finish_stop()
+        else:
+            threading.Thread(target=self._finish_stop, name="ddp-teardown", daemon=True).start()
+
+    def _finish_stop(self) -> None:
         if self._pcontext is not None:
             with quiet_torch_logs():
-                if clean and not self.closed:
-                    self.send(Command("stop"))
-                    self._pcontext.wait(timeout=timeout, period=0.02)
                 self._pcontext.close(signal.SIGTERM, timeout=SHUTDOWN_TIMEOUT)
-        self.closed = True
         if self.pump is not None:
             self.pump.stop()
         if self._handler is not None:
             with contextlib.suppress(Exception), quiet_torch_logs():
                 self._handler.shutdown()
-            self._handler = None
-
-    def remove_logs(self) -> None:
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        if not self.keep_logs and self.log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -38,7 +38,17 @@ def check_syntax(source: str, line_offset: int) -> None:
     compile("\n" * line_offset + source, "<ddp-cell>", "exec", dont_inherit=True)
 
 
+def _give_up(gang: Gang, error: DDPError) -> DDPError:
+    """Stop the ranks without waiting for them, keep their logs and say where they are."""
+    gang.abort_others()
+    gang.keep_logs = True
+    gang.stop(clean=False, wait=False)
+    error.lines.append(f"\nEvery rank's output: {gang.log_dir}\n")
+    return error
+
+
 def cell_gang(options: WorkerOptions) -> Gang:
+    """Ranks that run ``worker.main`` and take cells, pushes and pulls from the store."""
     from . import worker
 
     def args(session: str) -> tuple[Any, ...]:
@@ -68,25 +78,20 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
             if report.incomplete(got, len(gang.ranks)):
                 if got.failures() and got.death is None:
                     got.death = gang.death_soon()
-                gang.abort_others()
-                gang.stop(clean=False)
-                error = report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
-                error.lines.append(f"\nEvery rank's output: {gang.log_dir}\n")
-                raise error
+                raise _give_up(gang, report.error_for(got, gang.ranks, "\n" + source if seq else "",
+                                                      label, cell.timeout))
         gang.stop(clean=True)
-        gang.remove_logs()
         return {r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None
                 for r in gang.ranks}
     except DDPError:
         raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:
         gang.abort_others()
-        gang.stop(clean=False)
-        gang.remove_logs()
+        gang.stop(clean=False, wait=False)
         raise report.interrupted(gang.ranks) from None
     finally:
         if not gang.closed:
-            gang.stop(clean=False)
+            gang.stop(clean=False, wait=False)
 
 
 def run_script(options: WorkerOptions, script: str, script_args: list[str],
@@ -111,22 +116,20 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
         while True:
             death = gang.poll_death()
             if death is not None:
-                gang.stop(clean=False)
-                raise report.error_for(Collected(death=death), gang.ranks, "", "", None,
-                                       stopped=False)
+                raise _give_up(gang, report.error_for(Collected(death=death), gang.ranks, "", "",
+                                                      None, stopped=False))
             if gang.exited_cleanly:
                 gang.stop(clean=False)
-                gang.remove_logs()
                 return
             if deadline is not None and time.monotonic() >= deadline:
-                gang.stop(clean=False)
+                gang.stop(clean=False, wait=False)
                 raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout)
             time.sleep(0.05)
     except DDPError:
         raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:
-        gang.stop(clean=False)
+        gang.stop(clean=False, wait=False)
         raise report.interrupted(gang.ranks) from None
     finally:
         if not gang.closed:
-            gang.stop(clean=False)
+            gang.stop(clean=False, wait=False)

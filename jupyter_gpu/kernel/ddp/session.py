@@ -54,7 +54,7 @@ class Session:
             if report.incomplete(got, len(gang.ranks)):
                 raise report.error_for(got, gang.ranks, "", "", None)
         except BaseException as exc:
-            gang.stop(clean=False)
+            gang.stop(clean=False, wait=False)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, DDPError):
                 raise report.interrupted(gang.ranks) from None
             raise
@@ -67,7 +67,6 @@ class Session:
         """Stop the ranks (cleanly when they are idle) and remove their logs."""
         if self.gang is not None:
             self.gang.stop(clean=self.alive, timeout=INTERRUPT_GRACE)
-            self.gang.remove_logs()
             self.gang = None
 
     def restart(self) -> None:
@@ -121,7 +120,7 @@ class Session:
             self._collect_quietly(gang, seq, got, INTERRUPT_GRACE if stopping else FAILURE_INTERRUPT_GRACE)
             running = [r for r in gang.ranks if r not in got.replies]
         if running and not gang.closed:
-            gang.stop(clean=False)
+            gang.stop(clean=False, wait=False)
             return running
         return []
 
