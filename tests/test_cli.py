@@ -299,6 +299,27 @@ async def test_status_names_the_notebook_whose_kernel_holds_gpu_memory(
     assert "3.00 GiB on GPU 1" in text
 
 
+def test_status_from_nvml_here_shows_a_lost_gpu_as_a_state(monkeypatch):
+    """The local path (no server) over simulated NVML: one GPU fallen off the bus, one fine."""
+    import jupyter_gpu.nvml
+    from jupyter_gpu.cli.status import from_nvml, render
+    from jupyter_gpu.nvml import NvmlReader
+    from jupyter_gpu.nvml.simulated import SimulatedNVML
+
+    sim = SimulatedNVML.from_file(READINGS)
+    sim.lose_gpu(1)
+    monkeypatch.setattr(jupyter_gpu.nvml, "NvmlReader", lambda: NvmlReader(sim))
+    status = from_nvml()
+    jsonschema.validate(status, STATUS_SCHEMA)
+    assert [g["state"] for g in status["gpus"]] == ["ok", "lost"]
+    assert status["gpus"][0]["memory_used_bytes"] == 3222077440 and status["kernels"] is None
+    assert [p["pid"] for p in status["processes"]] == [564]
+    lines = render(status).splitlines()
+    assert lines[0] == "GPUs from NVML on this machine; driver 580.159.04, CUDA 13.0"
+    assert lines[4].split()[:2] == ["1", "LOST"] and "stopped answering" in lines[4]
+    assert lines[-1] == "(no Jupyter server asked, so no notebooks: pass --url to name one)"
+
+
 # -- pieces of preflight that run without a GPU --------------------------------------------------
 
 

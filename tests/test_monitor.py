@@ -196,3 +196,21 @@ def test_unload_stops_monitors_and_removes_the_magic(frontend):
     assert monitor_threads(frontend) == 0
     reply, _ = frontend.run("%gpu_monitor")
     assert reply["status"] == "error" and reply["ename"] == "UsageError"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_it_shows_nvml_and_this_kernels_allocator():
+    fe = Frontend()
+    try:
+        fe.run("%load_ext jupyter_gpu")
+        assert "no CUDA in use" in str(widgets_of(fe.run("%gpu_monitor --interval 0.2")[1]))
+        fe.run("%gpu_monitor --stop")
+        fe.run("import torch; x = torch.empty(2**30, dtype=torch.uint8, device='cuda')")
+        _, widgets = start_monitor(fe)
+        labels = [str(s.get("value")) for s in widgets.values() if s.get("_model_name") == "LabelModel"]
+        assert any(text.startswith("this kernel (cuda:0): 1.00 GiB allocated") for text in labels), labels
+        memory0 = by_tooltip(widgets, "GPU 0 memory used")
+        assert widgets[memory0]["value"] > 0 and "NVML, every 0.1 s" in str(widgets)
+        fe.run("%gpu_monitor --stop")
+    finally:
+        fe.close()

@@ -46,11 +46,12 @@ def from_nvml() -> dict[str, Any]:
         count = reader.open()
         status.update(reader.system())
         for index in range(count):
-            info, _ = reader.device_info(index)
             try:
+                info, _ = reader.device_info(index)
                 values, _ = reader.fast(index)
             except GpuLost as error:
-                status["gpus"].append({**info, "state": "lost", "error": str(error)})
+                status["gpus"].append({"index": index, "state": "lost",
+                                       "error": f"stopped answering ({error}): it needs a reset or a reboot"})
                 continue
             status["gpus"].append({**info, **values, "state": "ok", "error": None})
             for proc in values.get("processes") or ():

@@ -73,6 +73,7 @@ class Monitor:
         self.interval = interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._uuids: dict[int, str | None] = {}  # CUDA index -> NVML UUID, fixed for the process
         self.rows = [GpuRow(widgets, i, info) for i, info in enumerate(devices)]
         source = "simulated readings" if simulated else "NVML"
         self.header = widgets.HTML(f"<b>GPU monitor</b>: {source}, every {interval:g} s")
@@ -112,7 +113,9 @@ class Monitor:
         rows = {row.uuid: row for row in self.rows}
         texts: dict[int, str] = {}
         for device in range(torch.cuda.device_count()):
-            row = rows.get(nvml_uuid(torch, device))
+            if device not in self._uuids:
+                self._uuids[device] = nvml_uuid(torch, device)
+            row = rows.get(self._uuids[device])
             reserved = torch.cuda.memory_reserved(device)
             if row is not None and reserved:
                 texts[row.index] = (f"this kernel (cuda:{device}): {format_bytes(torch.cuda.memory_allocated(device))} "
@@ -194,7 +197,11 @@ def start(interval: float) -> Monitor | str:
         return getattr(error, "reason", str(error))
     monitor = Monitor(widgets, reader, devices, interval, simulated=isinstance(nvml, SimulatedNVML))
     _monitors.append(monitor)
-    monitor.start()
+    try:
+        monitor.start()
+    except NvmlUnavailable as error:  # the driver went away between opening and reading
+        monitor.discard()
+        return error.reason
     return monitor
 
 
