@@ -211,11 +211,15 @@ class Bench:
 
         out = multiprocessing.get_context("fork").SimpleQueue()
         started = time.time()
-        notebook_launcher(self.me.accelerate_rank, (self.backend, out), num_processes=self.args.nproc,
-                          use_port=str(_free_port()))
+        try:
+            notebook_launcher(self.me.accelerate_rank, (self.backend, out),
+                              num_processes=self.args.nproc, use_port=str(_free_port()))
+        except Exception as exc:  # a comparison, not the subject: report and go on
+            self.row("start-up: accelerate notebook_launcher (fork)", "failed", f"({type(exc).__name__}: {exc})")
+            return
         done = max(out.get() for _ in range(self.args.nproc))
         self.row("start-up: accelerate notebook_launcher (fork)", f"{done - started:.2f} s",
-                 "(before CUDA init in the parent: it refuses after)")
+                 "(run before CUDA init in the parent: it refuses after)")
 
     def startup(self) -> None:
         import torch.multiprocessing as mp
@@ -229,12 +233,15 @@ class Bench:
             done = max(self.shell.user_ns["_ddp"].values())
             self.row(f"start-up: %%ddp_launch ({label})", f"{done - started:.2f} s",
                      f"(cell returned after {time.time() - started:.2f} s)")
-        ctx = mp.get_context("spawn")
-        out = ctx.SimpleQueue()
+        out = mp.get_context("spawn").SimpleQueue()
         started = time.time()
-        mp.spawn(self.me.spawn_rank, args=(n, _free_port(), self.backend, out), nprocs=n)
-        done = max(out.get() for _ in range(n))
-        self.row("start-up: torch.multiprocessing.spawn", f"{done - started:.2f} s")
+        try:
+            mp.spawn(self.me.spawn_rank, args=(n, _free_port(), self.backend, out), nprocs=n)
+        except Exception as exc:  # a comparison, not the subject: report and go on
+            self.row("start-up: torch.multiprocessing.spawn", "failed", f"({type(exc).__name__})")
+        else:
+            done = max(out.get() for _ in range(n))
+            self.row("start-up: torch.multiprocessing.spawn", f"{done - started:.2f} s")
         started, lines, code = self.torchrun("allreduce")
         if code == 0:
             done = max(line["done"] for line in lines)

@@ -1,6 +1,11 @@
 """Argument checks of the ddp magics: every bad input is one UsageError, no process started."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
@@ -120,3 +125,14 @@ def test_unregister_removes_every_magic() -> None:
     undo()
     registered = set(shell.magics_manager.magics["line"]) | set(shell.magics_manager.magics["cell"])
     assert not names & registered
+
+
+def test_loading_the_magics_imports_no_torch() -> None:
+    """%load_ext must stay cheap: torch is imported by the magics when they run, not before."""
+    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+            "from jupyter_gpu.kernel.ddp.magics import register\n"
+            "register(InteractiveShell.instance())\nprint('torch' in sys.modules)\n")
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr

@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+_POLL_INTERVAL = 0.05  # seconds between looks at the log files: 'live' without busy-waiting
+
 
 class CellStreams:
     """The kernel's stdout/stderr as they are for the current cell, to be written from any thread."""
@@ -66,11 +68,10 @@ class _Log:
 class LogPump:
     """Tails the ranks' log files and copies new text to the current target cell."""
 
-    def __init__(self, logs: dict[int, tuple[str, str]], interval: float = 0.05) -> None:
+    def __init__(self, logs: dict[int, tuple[str, str]]) -> None:
         """``logs``: global rank -> (stdout path, stderr path)."""
         self._logs = [_Log(rank, name, path) for rank, paths in sorted(logs.items())
                       for name, path in zip(("stdout", "stderr"), paths)]
-        self._interval = interval
         self._lock = threading.Lock()
         self._target: CellStreams | None = None
         self._shown: tuple[int, ...] | None = (0,)
@@ -107,7 +108,7 @@ class LogPump:
             log.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop.wait(_POLL_INTERVAL):
             with self._lock:
                 self._copy(self._target)
 
@@ -131,7 +132,7 @@ class LogPump:
         out = []
         for line in lines:
             out.append(tag + line if log.at_line_start else line)
-            log.at_line_start = line.endswith("\n")
+            log.at_line_start = line.endswith(("\n", "\r"))  # \r: a progress bar redraws the line
         return "".join(out)
 
 

@@ -167,6 +167,7 @@ class Session:
         return DDPInterrupted(what, lines + [restart])
 
     def _running(self) -> Gang:
+        """The live gang, or the error that says why there is none."""
         if self.gang is None or self.gang.closed:
             reason = self.down_reason or "the ranks were stopped"
             raise DDPError(f"no running ranks: {reason}",
@@ -174,9 +175,11 @@ class Session:
         return self.gang
 
     def push(self, objects: dict[str, bytes]) -> None:
+        """Bind cloudpickled notebook objects by name in every rank's namespace."""
         self.run(Command("push", objects=objects), CellOptions())
 
     def pull(self, names: tuple[str, ...]) -> dict[int, dict[str, Any]]:
+        """rank -> {name: value} from every rank's namespace (tensors on CPU)."""
         import cloudpickle
 
         replies = self.run(Command("pull", names=names), CellOptions())
@@ -198,6 +201,7 @@ class Session:
                 for r, reply in sorted(replies.items())}
 
     def status(self) -> str:
+        """What %ddp_status prints."""
         opts = self.options
         head = (f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), "
                 f"start method {opts.start_method}")

@@ -16,7 +16,7 @@ import socket
 import sys
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from . import protocol
 from .errors import capture, cell_filename
@@ -54,6 +54,8 @@ def to_cpu(value: Any) -> Any:
 
 
 class _Rank:
+    """One rank's side of the store protocol, with the namespace that persists across cells."""
+
     def __init__(self, config: WorkerConfig) -> None:
         import torch.distributed as dist
 
@@ -111,7 +113,8 @@ class _Rank:
         k = self.store.add(protocol.count_key(seq), 1)
         self.store.set(protocol.event_key(seq, k), str(self.rank))
 
-    def _guard(self, step: Any) -> Reply:
+    def _guard(self, step: Callable[[], Reply]) -> Reply:
+        """Any exception of a step becomes an error reply: the rank itself stays up."""
         try:
             return step()
         except BaseException as exc:  # a cell may raise SystemExit or be interrupted
