@@ -46,7 +46,7 @@ export const DEFAULT_SETTINGS: IGpuSettings = {
 };
 
 /** The longest wait between attempts while the server cannot be reached. */
-const MAX_BACKOFF_MS = 60 * 1000;
+const MAX_BACKOFF_MS = 30 * 1000;
 
 export class GpuModel extends VDomModel {
   constructor(serverSettings: ServerConnection.ISettings) {

@@ -22,12 +22,14 @@ import {
 import { GpuModel } from './model';
 import {
   deviceFor,
+  gpuIndexForUuid,
   holders,
   kernelLabel,
   kernelMemory,
   series
 } from './shape';
 import type {
+  IAllocator,
   IDevice,
   IGpuSample,
   IKernel,
@@ -346,6 +348,7 @@ function Holders(props: {
             kernel={k}
             units={units}
             gpus={m.settings.gpus}
+            gpuList={m.telemetry?.latest?.gpus ?? []}
             openPath={props.openPath}
           />
         ))}
@@ -372,6 +375,7 @@ function KernelRow(props: {
   kernel: IKernel;
   units: MemoryUnits;
   gpus: number[];
+  gpuList: IGpuSample[];
   openPath: (path: string) => void;
 }): JSX.Element {
   const k = props.kernel;
@@ -404,21 +408,63 @@ function KernelRow(props: {
         ))}
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
       </div>
-      {k.allocator && k.allocator.cuda_in_use && (
-        <div className="jp-gpu-allocator" data-field="allocator">
-          {k.allocator.devices.map(d => (
-            <div key={d.index} title="PyTorch caching allocator, as published by the kernel">
-              cuda:{d.index} allocated {formatBytes(d.allocated_bytes, props.units)} ·
-              cached {formatBytes(d.reserved_bytes, props.units)} ·{' '}
-              <span title="Free memory trapped in cached blocks that also hold live tensors (inactive split / reserved); empty_cache() cannot return it.">
-                fragmented {formatRatio(d.fragmentation)}
-              </span>
-            </div>
-          ))}
-          <div className="jp-gpu-hint">as of {formatAge(k.allocator.age_seconds)} ago</div>
-        </div>
+      {k.allocator && k.allocator.cuda_in_use ? (
+        <Allocator allocator={k.allocator} gpus={props.gpuList} units={props.units} />
+      ) : (
+        kernelMemory(k) > 0 && (
+          <div className="jp-gpu-hint" data-field="allocator-missing" title={k.allocator_reason ?? undefined}>
+            {!k.allocator_reason || k.allocator_reason.startsWith('no stats file') ? (
+              <>
+                No PyTorch allocator figures: run <code>%load_ext jupyter_gpu</code> in this notebook.
+              </>
+            ) : (
+              `No PyTorch allocator figures: ${k.allocator_reason}.`
+            )}
+          </div>
+        )
       )}
     </li>
+  );
+}
+
+function Allocator(props: {
+  allocator: IAllocator;
+  gpus: IGpuSample[];
+  units: MemoryUnits;
+}): JSX.Element {
+  const a = props.allocator;
+  const u = props.units;
+  return (
+    <div
+      className="jp-gpu-allocator"
+      data-field="allocator"
+      title="PyTorch's caching allocator in this kernel, as the kernel published it"
+    >
+      {a.devices.map(d => {
+        const nvml = gpuIndexForUuid(props.gpus, d.uuid);
+        return (
+          <div key={d.index} className="jp-gpu-allocator-device">
+            <span className="jp-gpu-chip">
+              {nvml === null ? `cuda:${d.index}` : `GPU ${nvml} (cuda:${d.index})`}
+            </span>{' '}
+            allocated {formatBytes(d.allocated_bytes, u)} · cached{' '}
+            {formatBytes(d.reserved_bytes, u)} ·{' '}
+            <span
+              data-field="fragmentation"
+              title="Free memory trapped in cached blocks that also hold live tensors (inactive split ÷ cached); torch.cuda.empty_cache() cannot return it."
+            >
+              fragmented {formatRatio(d.fragmentation)}
+            </span>
+            {(d.num_ooms ?? 0) > 0 && (
+              <span className="jp-gpu-chip jp-gpu-warn">
+                {d.num_ooms} out-of-memory error{d.num_ooms === 1 ? '' : 's'}
+              </span>
+            )}
+          </div>
+        );
+      })}
+      <div className="jp-gpu-hint">as of {formatAge(a.age_seconds)} ago</div>
+    </div>
   );
 }
 

@@ -252,3 +252,20 @@ export function deviceFor(
     devices.find(d => d.index === g.index)
   );
 }
+
+/**
+ * The NVML index of the GPU with this UUID. PyTorch reports UUIDs without
+ * NVML's `GPU-` prefix, so both spellings match.
+ */
+export function gpuIndexForUuid(
+  gpus: { index: number; uuid: string }[],
+  uuid: string | null | undefined
+): number | null {
+  if (!uuid) {
+    return null;
+  }
+  const bare = (u: string) => u.replace(/^GPU-/i, '').toLowerCase();
+  const want = bare(uuid);
+  const found = gpus.find(g => bare(g.uuid) === want);
+  return found ? found.index : null;
+}

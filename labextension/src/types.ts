@@ -90,8 +90,12 @@ export interface IAllocatorDevice {
   allocated_bytes: number | null;
   reserved_bytes: number | null;
   inactive_split_bytes: number | null;
+  /** reserved − allocated: cached by PyTorch, free for its own tensors. */
+  reserved_unallocated_bytes?: number | null;
   /** inactive_split_bytes / reserved_bytes, 0..1. */
   fragmentation: number | null;
+  num_alloc_retries?: number | null;
+  num_ooms?: number | null;
   [extra: string]: unknown;
 }
 
@@ -109,6 +113,8 @@ export interface IKernel {
   pid: number | null;
   gpu_memory: IKernelGpuMemory[];
   allocator: IAllocator | null;
+  /** Why there are no allocator figures (e.g. jupyter_gpu not loaded in the kernel). */
+  allocator_reason?: string | null;
 }
 
 export interface IUnattributed {

@@ -7,6 +7,7 @@ Screenshots are saved under test-artifacts/screenshots/; the folder is printed a
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -104,6 +106,11 @@ class LabServer:
         (tmp / "config" / "labconfig" / "page_config.json").write_text(
             json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
         )
+        self.start()
+
+    def start(self) -> None:
+        """Start (or start again, on the same port and with the same token and dirs)."""
+        tmp = self.tmp
         env = dict(os.environ)
         env.update(
             JUPYTER_CONFIG_DIR=str(tmp / "config"),
@@ -121,7 +128,7 @@ class LabServer:
             f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
             "--LabApp.expose_app_in_browser=True",
         ]
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             cmd, env=env, cwd=tmp, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -205,8 +212,9 @@ def screenshot(page, name: str) -> Path:
 def open_lab(page, server: LabServer, path: str = "lab") -> None:
     page.goto(server.lab_url(path))
     page.wait_for_selector("#jp-main-statusbar", state="attached", timeout=60_000)
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
-    page.evaluate("() => window.jupyterapp.started")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.restored !== undefined")
+    # the layout (open sidebar panels) is restored from the workspace before tests click on it
+    page.evaluate("() => window.jupyterapp.restored")
 
 
 def open_gpu_panel(page) -> None:
@@ -215,6 +223,35 @@ def open_gpu_panel(page) -> None:
         page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
     page.wait_for_selector("#jupyter-gpu-panel", state="visible")
 
+
+
+@contextlib.contextmanager
+def allocator_stats_published(server: LabServer, kernel_id: str, pid: int, devices: list[dict]):
+    """Stand in for the kernel agent (which needs CUDA): keep the kernel's allocator stats file
+    fresh in the server's runtime dir, written the agent's way (temp file, rename, mode 0600)."""
+    path = server.tmp / "runtime" / f"jupyter_gpu-kernel-{kernel_id}.json"
+    stop = threading.Event()
+
+    def publish() -> None:
+        while True:
+            doc = {"version": 1, "kernel_id": kernel_id, "pid": pid, "time": time.time(),
+                   "cuda_in_use": True, "devices": devices}
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
+            if stop.wait(1.0):
+                return
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        stop.set()
+        thread.join()
+        path.unlink(missing_ok=True)
 
 
 def has_gpu() -> bool:
@@ -226,29 +263,18 @@ def has_gpu() -> bool:
 # -- fixtures (imported by the test modules) --------------------------------------------------
 
 
-_browser: dict = {}
-
-
-@pytest.fixture(scope="session")
-def chromium(request):
-    """One headless chromium for the whole run. Each test module imports this fixture, which makes
-    one fixture per module; they share the browser (Playwright's sync API allows one per thread)."""
-    if "browser" not in _browser:
-        sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
-        if not Path(CHROMIUM).exists():
-            pytest.skip(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_BIN)")
-        playwright = sync_api.sync_playwright().start()
-        _browser["playwright"] = playwright
-        _browser["browser"] = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-
-        def close() -> None:
-            _browser.pop("browser").close()
-            _browser.pop("playwright").stop()
-
-        request.addfinalizer(close)
-    return _browser["browser"]
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless chromium per test module. Not per session: while Playwright's sync API runs,
+    its event loop counts as running in this thread, which would break the pytest-jupyter tests
+    that run after these."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_BIN)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -278,13 +304,16 @@ def page(chromium, request, screenshots_folder):
     context.close()
 
 
+_printed: list[bool] = []
+
+
 @pytest.fixture(scope="session")
 def screenshots_folder(request):
     """Prints where the screenshots are once the browser tests are done."""
     yield SCREENSHOTS
-    if _browser.get("folder_printed") or not any(SCREENSHOTS.glob("*.png")):
-        return
-    _browser["folder_printed"] = True
+    if _printed or not any(SCREENSHOTS.glob("*.png")):
+        return  # each test module imports this fixture: print once
+    _printed.append(True)
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(f"\nbrowser test screenshots: {SCREENSHOTS}")

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 
 import {
   busiestGpu,
+  gpuIndexForUuid,
   holders,
   kernelLabel,
   linePath,
@@ -243,5 +244,15 @@ describe('status-bar summary', () => {
     assert.equal(statusText({ ...base, loaded: false, error: 'down' }).text, 'GPU: offline');
     assert.equal(statusText({ ...base, available: null }).text, 'GPU …');
     assert.equal(statusText({ ...base, busiest: null }).text, 'GPU: lost');
+  });
+});
+
+describe('gpuIndexForUuid', () => {
+  it("matches NVML's GPU- prefixed UUIDs to PyTorch's bare ones", () => {
+    const gpus = [gpu(0, { uuid: 'GPU-2da622ba' }), gpu(1, { uuid: 'GPU-D57917B3' })];
+    assert.equal(gpuIndexForUuid(gpus, '2da622ba'), 0);
+    assert.equal(gpuIndexForUuid(gpus, 'GPU-d57917b3'), 1);
+    assert.equal(gpuIndexForUuid(gpus, 'ffff'), null);
+    assert.equal(gpuIndexForUuid(gpus, null), null);
   });
 });
