@@ -14,6 +14,14 @@ from jupyter_gpu.kernel import amp  # noqa: E402 -- only with torch present
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture(autouse=True)
+def fresh_resolution():
+    """Tests fake what torch supports; resolve() caches per process, so forget between tests."""
+    amp.resolve.cache_clear()
+    yield
+    amp.resolve.cache_clear()
+
+
 @pytest.fixture
 def ip():
     from IPython.testing.globalipapp import get_ipython

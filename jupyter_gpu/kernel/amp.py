@@ -6,6 +6,7 @@ thread that runs each cell (``pre_run_cell``) and always leaves it when the cell
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import warnings
@@ -61,8 +62,13 @@ def _autocast_refusal(torch: Any, device: str, dtype: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=32)
 def resolve(device: str, dtype: str, tf32: str | None) -> AmpSettings:
-    """Turn the user's options into concrete settings, or raise UsageError naming valid choices."""
+    """Turn the user's options into concrete settings, or raise UsageError naming valid choices.
+
+    Cached: probing which dtypes torch accepts costs about a millisecond, paid once per option
+    set rather than on every cell (what a device supports does not change within a process).
+    """
     import torch
 
     if device == "auto":
