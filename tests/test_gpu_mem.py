@@ -379,6 +379,8 @@ def test_gpu_real_oom_names_the_other_process(ip) -> None:
     hog = psutil.Process(int(shell.stdout.readline()))
     try:
         assert shell.stdout.readline().strip() == "ready"
+        # memory cached by earlier tests in this process would let the request fit without an OOM
+        torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(0)
         out = _run(ip, f"import torch\nx = torch.empty({free + 2 * 1024**3}, dtype=torch.uint8, device='cuda:0')")
     finally:
