@@ -64,8 +64,8 @@ export function memoryFraction(g: IGpuSample): number | null {
 
 /**
  * The busiest healthy GPU: highest utilisation, then highest memory fraction.
- * GPUs whose utilisation is not supported (MIG) rank by memory alone. Returns
- * null when no GPU is in state `ok`.
+ * A GPU whose utilisation is not reported (MIG mode) counts its memory
+ * fraction as its utilisation. Returns null when no GPU is in state `ok`.
  */
 export function busiestGpu(gpus: IGpuSample[]): IGpuSample | null {
   let best: IGpuSample | null = null;
@@ -74,9 +74,10 @@ export function busiestGpu(gpus: IGpuSample[]): IGpuSample | null {
     if (g.state !== 'ok') {
       continue;
     }
+    const memory = memoryFraction(g);
     const key: [number, number] = [
-      g.utilization_gpu_percent ?? -1,
-      memoryFraction(g) ?? -1
+      g.utilization_gpu_percent ?? (memory === null ? -1 : memory * 100),
+      memory ?? -1
     ];
     if (
       best === null ||

@@ -1,5 +1,5 @@
 """Test-only server extension for the browser tests: lets a test put a real kernel's process on a
-simulated GPU, or make a simulated GPU fall off the bus, as the server tests do in-process (the browser tests run `jupyter lab` in a
+simulated GPU, make a simulated GPU fall off the bus, or make an NVML call fail, as the server tests do in-process (the browser tests run `jupyter lab` in a
 subprocess, so they reach the simulated NVML through this route instead).
 
 Loaded only by tests/browser/conftest.py; never shipped (it lives outside the package).
@@ -42,6 +42,19 @@ class LoseHandler(APIHandler):
         self.finish("{}")
 
 
+class FailHandler(APIHandler):
+    """POST {"function", "error", "gpu_index"}: that NVML call now raises, e.g. NotSupported."""
+
+    @web.authenticated
+    def post(self) -> None:
+        import pynvml
+
+        body = self.get_json_body() or {}
+        code = getattr(pynvml, body["error"])
+        _simulated_nvml(self).fail(body["function"], code, device=body.get("gpu_index"))
+        self.finish("{}")
+
+
 def _simulated_nvml(handler: APIHandler):
     monitor = handler.serverapp.extension_manager.extension_points["jupyter_gpu"].app
     nvml = getattr(monitor, "simulated_nvml", None)
@@ -61,5 +74,6 @@ def _load_jupyter_server_extension(serverapp) -> None:
         [
             (url_path_join(base, "api", "gpu-test", "attach"), AttachHandler),
             (url_path_join(base, "api", "gpu-test", "lose"), LoseHandler),
+            (url_path_join(base, "api", "gpu-test", "fail"), FailHandler),
         ],
     )

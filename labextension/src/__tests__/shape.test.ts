@@ -100,6 +100,11 @@ describe('busiestGpu', () => {
       gpu(2, { state: 'lost', utilization_gpu_percent: 100 })
     ];
     assert.equal(busiestGpu(gpus)?.index, 0);
+    const mixed = [
+      gpu(0, { utilization_gpu_percent: 20 }),
+      gpu(1, { utilization_gpu_percent: null, memory_used_bytes: 70 * GiB })
+    ];
+    assert.equal(busiestGpu(mixed)?.index, 1);
     assert.equal(busiestGpu([gpu(0, { state: 'lost' })]), null);
     assert.equal(busiestGpu([]), null);
   });

@@ -1,0 +1,88 @@
+"""%gpu_monitor in real JupyterLab: the widget renders and moves, and clearing the output (which
+only the front end knows about) stops the kernel's monitor thread. NVML is simulated in the kernel."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from browser_support import (  # noqa: F401  (fixtures are used by name)
+    READINGS,
+    chromium,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    lab_factory,
+    open_lab,
+    page,
+    screenshot,
+    screenshots_folder,
+)
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    "%load_ext jupyter_gpu\n"
+    "from jupyter_gpu.kernel import gpu_memory\n"
+    "from jupyter_gpu.nvml.simulated import SimulatedNVML\n"
+    f"sim = SimulatedNVML.from_file({str(READINGS)!r})\n"
+    "sim.readings['devices'][0]['utilization']['gpu'] = 37\n"
+    "gpu_memory.nvml_backend = lambda: sim  # no GPU here: replay readings of 2 x H200",
+    "%gpu_monitor --interval 0.5",
+    "import threading\nprint('monitor threads:', sum(t.name == 'jupyter_gpu-monitor' for t in threading.enumerate()))",
+]
+
+
+def _run_cell(page, index: int) -> None:
+    page.evaluate(
+        """async (index) => {
+            const panel = window.jupyterapp.shell.currentWidget;
+            panel.content.activeCellIndex = index;
+            await window.jupyterapp.commands.execute('notebook:run-cell');
+        }""",
+        index,
+    )
+
+
+def _threads(page) -> str:
+    _run_cell(page, 2)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(2)
+    cell.locator(".jp-OutputArea-output").filter(has_text="monitor threads").wait_for()
+    return cell.locator(".jp-OutputArea-output").inner_text().strip()
+
+
+def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_factory):
+    lab = lab_factory()
+    notebook = {
+        "cells": [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
+                  for s in CELLS],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (lab.root / "monitor.ipynb").write_text(json.dumps(notebook))
+    open_lab(page, lab, "lab/tree/monitor.ipynb")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'",
+        timeout=60_000)
+    _run_cell(page, 0)
+    _run_cell(page, 1)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
+    output.locator(".widget-label", has_text="GPU 1: NVIDIA H200").wait_for()
+    print(output.inner_html()[:6000])
+    assert output.locator(".widget-progress").count() == 4  # utilisation and memory, per GPU
+    assert "37 %" in output.inner_text() and "simulated readings" in output.inner_text()
+    first = output.locator(".widget-label", has_text="updated").inner_text()
+    deadline = time.monotonic() + 10
+    while output.locator(".widget-label", has_text="updated").inner_text() == first:
+        assert time.monotonic() < deadline, "the monitor never updated in the browser"
+        time.sleep(0.2)
+    screenshot(page, "gpu-monitor")
+    assert _threads(page) == "monitor threads: 1"
+
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
+    deadline = time.monotonic() + 20
+    while (threads := _threads(page)) != "monitor threads: 0":
+        assert time.monotonic() < deadline, f"clearing the output did not stop the monitor: {threads}"
+        time.sleep(0.5)
