@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -110,3 +111,49 @@ async def test_a_kernels_cuda_memory_is_attributed_to_its_notebook(jp_fetch, gpu
         print(json.dumps({"kernels": body, "nvidia_smi_compute_apps": apps}, indent=1))
     finally:
         outsider.kill()
+
+
+def _gpu_count() -> int:
+    try:
+        return len(nvidia_smi("index"))
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+
+
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs")
+async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpus(jp_fetch, gpu_monitor):
+    """NVML ignores CUDA_VISIBLE_DEVICES: cuda:0 in a kernel that sees "1,0" is physical GPU 1."""
+    await wait_for(lambda: _ready(jp_fetch), timeout=15)
+    manager = gpu_monitor.serverapp.kernel_manager
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1,0", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    kernel_id = await manager.start_kernel(kernel_name="python3", env=env)
+    body = json.dumps({"path": "reordered.ipynb", "type": "notebook", "name": "", "kernel": {"id": kernel_id}})
+    await jp_fetch("api", "sessions", method="POST", body=body)
+    kernel = manager.get_kernel(kernel_id)
+    await run_in_kernel(
+        kernel,
+        "%load_ext jupyter_gpu\nimport torch\n"
+        "_a = torch.ones(256 * 1024**2, device='cuda:0')  # 1 GiB on physical GPU 1\n"
+        "_b = torch.ones(512 * 1024**2, device='cuda:1')  # 2 GiB on physical GPU 0\n"
+        "torch.cuda.synchronize()",
+    )
+    uuids = {int(row[0]): row[1] for row in nvidia_smi("index,uuid")}
+
+    async def both_gpus_with_allocator():
+        body = await get(jp_fetch, "kernels")
+        mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
+        ready = len(mine["gpu_memory"]) == 2 and mine["allocator"] and mine["allocator"]["devices"]
+        return mine if ready else None
+
+    mine = await wait_for(both_gpus_with_allocator, timeout=20)
+    apps = {(int(r[0]), r[1]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")}
+    pid = kernel.provisioner.pid
+    by_index = {row["gpu_index"]: row for row in mine["gpu_memory"]}
+    for index in (0, 1):
+        assert by_index[index]["uuid"] == uuids[index]
+        assert by_index[index]["used_memory_bytes"] == pytest.approx(apps[(pid, uuids[index])], rel=0.01)
+    assert by_index[0]["used_memory_bytes"] > by_index[1]["used_memory_bytes"]  # 2 GiB vs 1 GiB
+    allocator = {d["index"]: d for d in mine["allocator"]["devices"]}
+    assert allocator[0]["uuid"] == uuids[1] and allocator[0]["allocated_bytes"] == 1024**3
+    assert allocator[1]["uuid"] == uuids[0] and allocator[1]["allocated_bytes"] == 2 * 1024**3
+    print(json.dumps({"kernel": mine, "nvidia_smi_uuids": uuids}, indent=1))
