@@ -38,18 +38,22 @@ class GpuRow:
         self.index = index
         self.uuid = info.get("uuid")
         label = f"GPU {index}: {info.get('name') or 'unknown'}"
-        self.name = widgets.Label(label, layout=widgets.Layout(width="16em"))
-        self.util = widgets.FloatProgress(min=0, max=100, description="util", tooltip=f"GPU {index} utilisation")
-        self.util_text = widgets.Label(layout=widgets.Layout(width="4em"))
-        self.memory = widgets.FloatProgress(min=0, max=1, description="memory", tooltip=f"GPU {index} memory used")
-        self.memory_text = widgets.Label(layout=widgets.Layout(width="13em"))
+        self.name = widgets.Label(label, layout=widgets.Layout(width="13em"))
+        self.util = widgets.FloatProgress(min=0, max=100, tooltip=f"GPU {index} utilisation",
+                                          layout=widgets.Layout(width="9em"))
+        self.util_text = widgets.Label(layout=widgets.Layout(width="5.5em"))
+        self.memory = widgets.FloatProgress(min=0, max=1, tooltip=f"GPU {index} memory used",
+                                            layout=widgets.Layout(width="9em"))
+        self.memory_text = widgets.Label(layout=widgets.Layout(width="11.5em"))
         self.mine = widgets.Label(tooltip=f"this kernel's PyTorch allocator on GPU {index}")
-        self.box = widgets.HBox([self.name, self.util, self.util_text, self.memory, self.memory_text, self.mine])
+        # In a narrow output the allocator figures wrap onto a line of their own.
+        self.box = widgets.HBox([self.name, self.util, self.util_text, self.memory, self.memory_text, self.mine],
+                                layout=widgets.Layout(flex_flow="row wrap"))
 
     def show(self, values: dict[str, Any], unsupported: dict[str, str]) -> None:
         util = values.get("utilization_gpu_percent")
         self.util.value = util or 0
-        self.util_text.value = "n/a" if util is None else f"{util:.0f} %"
+        self.util_text.value = "util n/a" if util is None else f"{util:.0f} % util"
         self.util.tooltip = unsupported.get("utilization_gpu_percent", f"GPU {self.index} utilisation")
         used, total = values.get("memory_used_bytes"), values.get("memory_total_bytes")
         self.memory.value = used / total if used is not None and total else 0

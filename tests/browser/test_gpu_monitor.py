@@ -9,6 +9,7 @@ import pytest
 
 from browser_support import (  # noqa: F401  (fixtures are used by name)
     READINGS,
+    SCREENSHOTS,
     chromium,
     jp_asyncio_loop,
     jp_server_cleanup,
@@ -70,8 +71,7 @@ def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_
     _run_cell(page, 1)
     output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
     output.locator(".widget-label", has_text="GPU 1: NVIDIA H200").wait_for()
-    print(output.inner_html()[:6000])
-    assert output.locator(".widget-progress").count() == 4  # utilisation and memory, per GPU
+    assert output.locator(".widget-hprogress").count() == 4  # utilisation and memory, per GPU
     assert "37 %" in output.inner_text() and "simulated readings" in output.inner_text()
     first = output.locator(".widget-label", has_text="updated").inner_text()
     deadline = time.monotonic() + 10
@@ -79,6 +79,7 @@ def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_
         assert time.monotonic() < deadline, "the monitor never updated in the browser"
         time.sleep(0.2)
     screenshot(page, "gpu-monitor")
+    page.locator(".jp-Notebook .jp-Cell").nth(1).screenshot(path=str(SCREENSHOTS / "gpu-monitor-cell.png"))
     assert _threads(page) == "monitor threads: 1"
 
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")
