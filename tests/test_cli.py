@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -92,11 +93,14 @@ def one_line_error(done: subprocess.CompletedProcess) -> str:
 
 
 def test_jupyter_finds_the_subcommand(tmp_path):
-    """`jupyter gpu` runs the `jupyter-gpu` script pip installs; here a stand-in on PATH."""
-    shim = tmp_path / "jupyter-gpu"
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m jupyter_gpu \"$@\"\n")
-    shim.chmod(0o755)
-    env = dict(ENV, PATH=f"{tmp_path}{os.pathsep}{ENV['PATH']}")
+    """`jupyter gpu` runs the `jupyter-gpu` script pip installs (CI installs the package);
+    from a bare checkout, a stand-in for that script on PATH."""
+    env = ENV
+    if shutil.which("jupyter-gpu") is None:
+        shim = tmp_path / "jupyter-gpu"
+        shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m jupyter_gpu \"$@\"\n")
+        shim.chmod(0o755)
+        env = dict(ENV, PATH=f"{tmp_path}{os.pathsep}{ENV['PATH']}")
     done = subprocess.run(["jupyter", "gpu", "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "{status,doctor,warmup,preflight}" in done.stdout and "3 no usable GPU" in done.stdout
@@ -155,7 +159,8 @@ def test_doctor_fails_with_exit_1_and_the_same_report_as_json():
 
 @no_gpu_only
 def test_preflight_and_warmup_refuse_without_gpu():
-    text, as_json, warmup = cli_together(("preflight",), ("preflight", "--json"), ("warmup",))
+    text, as_json, warmup, warmup_json = cli_together(("preflight",), ("preflight", "--json"), ("warmup",),
+                                                      ("warmup", "--json"))
     assert text.returncode == 3
     line = one_line_error(text)
     assert line.startswith("jupyter gpu preflight: preflight cannot run: No GPU: ")
@@ -166,6 +171,8 @@ def test_preflight_and_warmup_refuse_without_gpu():
     assert report["ok"] is False and report["verdict"].startswith("No GPU: ") and report["gpus"] == []
     assert warmup.returncode == 3
     assert one_line_error(warmup).startswith("jupyter gpu warmup: nothing to warm. No GPU: ")
+    assert warmup_json.returncode == 3
+    assert json.loads(warmup_json.stdout) == {"ok": False, "reason": report["verdict"], "sections": [], "notes": []}
 
 
 # -- status against real Jupyter servers --------------------------------------------------------
@@ -398,12 +405,16 @@ def test_status_agrees_with_nvidia_smi():
 
 @pytest.mark.gpu
 def test_doctor_and_warmup_pass_on_every_gpu():
-    doctor, warmup = cli_together(("doctor", "--json", "--no-server"), ("warmup",), timeout=300)
+    doctor, warmup, as_json = cli_together(("doctor", "--json", "--no-server"), ("warmup",), ("warmup", "--json"),
+                                           timeout=300)
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["cuda_ready"], report["verdict"]
     assert warmup.returncode == 0, warmup.stdout + warmup.stderr
     count = len(_nvidia_smi("index"))
     assert all(f"cuda:{i} " in warmup.stdout for i in range(count)) and "FAILED" not in warmup.stdout
+    warm = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and warm["ok"] and len(warm["sections"]) == count
+    assert all(step["error"] is None and step["ms"] > 0 for section in warm["sections"] for step in section["steps"])
 
 
 @pytest.mark.gpu

@@ -6,8 +6,9 @@ what the first steps cost on each GPU and that every library loads (cuBLAS, cuDN
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, no_gpu_reason
+from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, no_gpu_reason, print_json
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -21,6 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default="all", help="GPU indices such as 0,1 (default: all)")
     p.add_argument("--nccl", action="store_true", help="also start an NCCL communicator per GPU")
     p.add_argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
+    p.add_argument("--json", action="store_true", help="print JSON (per GPU: each step's milliseconds and error)")
     p.set_defaults(run=run)
 
 
@@ -38,12 +40,18 @@ def parse_devices(text: str, count: int) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     reason = no_gpu_reason()
     if reason is not None:
+        if args.json:
+            print_json({"ok": False, "reason": reason, "sections": [], "notes": []})
+            return EXIT_NO_GPU
         raise CliError(f"nothing to warm. {reason}. Run `jupyter gpu doctor` for the fix.", EXIT_NO_GPU)
     import torch
 
     from ..kernel.warmup import warm_up
 
     report = warm_up(parse_devices(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
-    print(report)
     failed = any(step.error for section in report.sections for step in section.steps)
+    if args.json:
+        print_json({"ok": not failed, "reason": None, **dataclasses.asdict(report)})
+    else:
+        print(report)
     return EXIT_FAIL if failed else EXIT_OK
