@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -130,6 +132,27 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_1():
     done = cli("status", "--url", f"http://127.0.0.1:{port}/")
     assert done.returncode == 1
     assert one_line_error(done).startswith(f"jupyter gpu status: cannot reach http://127.0.0.1:{port}/")
+
+
+def test_a_server_answering_something_else_is_one_line_and_exit_1():
+    """Another service at the URL, answering JSON of another shape: named, never a traceback."""
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"available": True, "latest": {"gpus": [1]}, "kernels": ["x"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with http.server.HTTPServer(("127.0.0.1", 0), Other) as other:
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        done = cli("status", "--url", f"http://127.0.0.1:{other.server_port}/")
+        other.shutdown()
+    assert done.returncode == 1
+    assert "answered in a shape this jupyter gpu does not know" in one_line_error(done)
 
 
 # -- a machine without a GPU ----------------------------------------------------------------

@@ -220,18 +220,27 @@ def render(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _checked(server: Server) -> dict[str, Any]:
+    """``from_server``, with an answer of the wrong shape (not a jupyter_gpu server) as one line."""
+    try:
+        return from_server(server)
+    except (AttributeError, TypeError, ValueError) as error:
+        raise CliError(f"{server.url} answered in a shape this jupyter gpu does not know ({error}): "
+                       "is it a jupyter_gpu server of the same version?") from None
+
+
 def run(args: argparse.Namespace) -> int:
     if args.url and args.no_server:
         raise CliError("--url and --no-server contradict each other", EXIT_USAGE)
     if args.token and not args.url:
         raise CliError("--token goes with --url (servers found here bring their own token)", EXIT_USAGE)
     if args.url:
-        status = from_server(server_from_url(args.url, args.token or os.environ.get("JUPYTER_TOKEN")))
+        status = _checked(server_from_url(args.url, args.token or os.environ.get("JUPYTER_TOKEN")))
     elif args.no_server:
         status = from_nvml()
     else:
         server, notes = find_server()
-        status = from_server(server) if server else from_nvml()
+        status = _checked(server) if server else from_nvml()
         status["notes"] += notes
     if args.json:
         print_json(status)
