@@ -111,6 +111,15 @@ async def test_unknown_query_parameter_is_a_400_naming_it(jp_fetch, route):
     assert "sinse" in message and "Allowed" in message
 
 
+async def test_jupyterlab_cache_buster_is_not_an_unknown_parameter(jp_fetch, gpu_monitor):
+    """ServerConnection.makeRequest appends `?<milliseconds>` to every GET."""
+    response = await jp_fetch("api", "gpu", "devices", params={"1764460800123": ""})
+    assert response.code == 200
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch("api", "gpu", "devices", params={"1764460800123": "x"})
+    assert info.value.code == 400
+
+
 async def test_nvml_runs_only_on_sampler_threads(jp_fetch, gpu_monitor):
     for route in ("devices", "telemetry", "kernels"):
         await get(jp_fetch, route)

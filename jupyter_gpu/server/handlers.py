@@ -25,7 +25,10 @@ class GPUHandler(APIHandler):
         self.monitor = monitor
 
     def check_params(self) -> None:
-        unknown = sorted(set(self.request.query_arguments) - self.allowed_params)
+        # JupyterLab's ServerConnection.makeRequest busts caches with a bare `?<timestamp>`.
+        args = self.request.query_arguments
+        cache_busters = {k for k, v in args.items() if k.isdigit() and v in ([b""], [])}
+        unknown = sorted(set(args) - self.allowed_params - cache_busters)
         if unknown:
             allowed = ", ".join(sorted(self.allowed_params)) or "none"
             raise web.HTTPError(
