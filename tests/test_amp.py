@@ -246,3 +246,26 @@ def test_amp_on_across_cells_on_cuda(ip):
     ip.run_cell("z = a @ b")
     assert (ip.user_ns["y"].dtype, ip.user_ns["z"].dtype) == (torch.float16, torch.float32)
     assert ip.user_ns[amp.SCALER_NAME].is_enabled()  # fp16 needs loss scaling
+
+
+def test_a_training_loop_inside_one_amp_cell_learns(ip):
+    """autocast's weight-cast cache would pin the first step's bf16 weights for the whole cell."""
+    ip.run_cell(
+        "torch.manual_seed(0)\n"
+        "net = torch.nn.Linear(16, 1)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "xs, ys = torch.randn(64, 16), torch.randn(64, 1)\n"
+        "losses = []"
+    )
+    result = ip.run_cell(
+        "%%amp --device cpu --dtype bf16\n"
+        "for _ in range(30):\n"
+        "    loss = torch.nn.functional.mse_loss(net(xs).float(), ys)\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+        "    losses.append(loss.item())"
+    )
+    assert result.success
+    losses = ip.user_ns["losses"]
+    assert losses[-1] < 0.8 * losses[0]

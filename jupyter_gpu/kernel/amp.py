@@ -111,8 +111,12 @@ def amp_scope(settings: AmpSettings) -> Iterator[None]:
     with ExitStack() as stack:
         if settings.tf32 is not None:
             stack.enter_context(_tf32(torch, settings.tf32))
+        # No weight-cast cache: a cell is often a whole training loop, and the cache keeps the
+        # first step's low-precision weights for the entire context, so the model never learns.
         stack.enter_context(
-            torch.amp.autocast(settings.device, dtype=getattr(torch, _TORCH_DTYPES[settings.dtype]))
+            torch.amp.autocast(
+                settings.device, dtype=getattr(torch, _TORCH_DTYPES[settings.dtype]), cache_enabled=False
+            )
         )
         yield
 

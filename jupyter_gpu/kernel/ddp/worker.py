@@ -201,7 +201,8 @@ class _Rank:
         amp: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if self.config.amp:
             dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
-            amp = torch.autocast(self.device.type, dtype=dtype)
+            # cache_enabled=False: a cell is often a whole training loop (see kernel/amp.py)
+            amp = torch.autocast(self.device.type, dtype=dtype, cache_enabled=False)
         try:
             with amp:
                 self.executing = True
