@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -142,8 +143,10 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
     async def both_gpus_with_allocator():
         body = await get(jp_fetch, "kernels")
         mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
-        ready = len(mine["gpu_memory"]) == 2 and mine["allocator"] and mine["allocator"]["devices"]
-        return mine if ready else None
+        held = {row["gpu_index"]: row["used_memory_bytes"] for row in mine["gpu_memory"]}
+        # the sample may predate the allocations: wait until both tensors show
+        ready = held.get(0, 0) > 2 * 1024**3 and held.get(1, 0) > 1024**3
+        return mine if ready and mine["allocator"] and mine["allocator"]["devices"] else None
 
     mine = await wait_for(both_gpus_with_allocator, timeout=20)
     apps = {(int(r[0]), r[1]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")}
@@ -157,3 +160,57 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
     assert allocator[0]["uuid"] == uuids[1] and allocator[0]["allocated_bytes"] == 1024**3
     assert allocator[1]["uuid"] == uuids[0] and allocator[1]["allocated_bytes"] == 2 * 1024**3
     print(json.dumps({"kernel": mine, "nvidia_smi_uuids": uuids}, indent=1))
+
+
+TRAIN_IN_BACKGROUND = """
+%load_ext jupyter_gpu
+import threading, torch
+def _train(seconds=12.0):
+    import time
+    net = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda()
+    opt = torch.optim.AdamW(net.parameters())
+    x = torch.randn(2048, 4096, device='cuda')
+    end = time.time() + seconds
+    while time.time() < end:
+        with torch.autocast('cuda', dtype=torch.bfloat16):
+            loss = net(x).square().mean()
+        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+_trainer = threading.Thread(target=_train); _trainer.start()
+"""
+
+
+async def test_the_panel_sees_a_training_notebook(jp_fetch, gpu_monitor, tmp_path):
+    """While a notebook trains, telemetry shows the GPU busy and the notebook holding its memory.
+
+    The API responses are saved (to $JUPYTER_GPU_RECORD_DIR when set) so that the sidebar can be
+    rendered from real GPU data on a machine with a browser.
+    """
+    await wait_for(lambda: _ready(jp_fetch), timeout=15)
+    kernel_id = await start_notebook_kernel(jp_fetch, "course/train_mlp.ipynb")
+    kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
+    await run_in_kernel(kernel, TRAIN_IN_BACKGROUND)
+
+    async def busy_and_attributed():
+        telemetry = await get(jp_fetch, "telemetry")
+        kernels = await get(jp_fetch, "kernels")
+        mine = next(k for k in kernels["kernels"] if k["id"] == kernel_id)
+        busy = telemetry["latest"]["gpus"][0]["utilization_gpu_percent"] or 0
+        if busy >= 50 and mine["gpu_memory"] and mine["allocator"] and mine["allocator"]["devices"]:
+            return telemetry, kernels, mine
+        return None
+
+    result = await wait_for(busy_and_attributed, timeout=30)
+    assert result, "the GPU never showed the training notebook's work"
+    telemetry, kernels, mine = result
+    gpu0 = telemetry["latest"]["gpus"][0]
+    assert gpu0["power_watts"] > 100 and gpu0["memory_used_bytes"] > 1024**3
+    allocator = mine["allocator"]["devices"][0]
+    assert allocator["allocated_bytes"] > 8 * 4096 * 4096 * 4  # at least the fp32 weights
+    assert mine["gpu_memory"][0]["used_memory_bytes"] >= allocator["reserved_bytes"]
+    record = Path(os.environ.get("JUPYTER_GPU_RECORD_DIR", tmp_path))
+    record.mkdir(parents=True, exist_ok=True)
+    devices = await get(jp_fetch, "devices")
+    for name, body in (("devices", devices), ("telemetry", telemetry), ("kernels", kernels)):
+        (record / f"{name}.json").write_text(json.dumps(body, indent=1))
+    await run_in_kernel(kernel, "_trainer.join()")
