@@ -146,7 +146,8 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
         held = {row["gpu_index"]: row["used_memory_bytes"] for row in mine["gpu_memory"]}
         # the sample may predate the allocations: wait until both tensors show
         ready = held.get(0, 0) > 2 * 1024**3 and held.get(1, 0) > 1024**3
-        return mine if ready and mine["allocator"] and mine["allocator"]["devices"] else None
+        published = mine["allocator"] and len(mine["allocator"]["devices"]) == 2  # may predate `_b`
+        return mine if ready and published else None
 
     mine = await wait_for(both_gpus_with_allocator, timeout=20)
     apps = {(int(r[0]), r[1]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")}
