@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from test_server_kernels import run_cell, start_notebook_kernel
 
 pytestmark = pytest.mark.gpu
 MIB = 1024**2
@@ -59,32 +59,11 @@ async def test_devices_and_memory_agree_with_nvidia_smi(jp_fetch, gpu_monitor):
 CUDA_HOLD = "import torch; _x = torch.ones(256 * 1024 * 1024, device='cuda:0'); torch.cuda.synchronize(); print('held')"
 
 
-async def run_in_kernel(kernel, code: str) -> str:
-    client = kernel.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
-        msg_id = client.execute(code)
-        text = ""
-        while True:
-            msg = await client.get_iopub_msg(timeout=120)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream":
-                text += msg["content"]["text"]
-            if msg["msg_type"] == "error":
-                raise AssertionError("\n".join(msg["content"]["traceback"]))
-            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return text
-    finally:
-        client.stop_channels()
-
-
 async def test_a_kernels_cuda_memory_is_attributed_to_its_notebook(jp_fetch, gpu_monitor):
     await wait_for(lambda: _ready(jp_fetch), timeout=15)
     kernel_id = await start_notebook_kernel(jp_fetch, "gpu/holder.ipynb")
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
-    assert "held" in await run_in_kernel(kernel, CUDA_HOLD)
+    assert "held" in await run_cell(kernel, CUDA_HOLD)
     outsider = subprocess.Popen(
         [sys.executable, "-c", CUDA_HOLD + "; import time; time.sleep(60)"], stdout=subprocess.PIPE, text=True
     )
@@ -131,7 +110,7 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
     body = json.dumps({"path": "reordered.ipynb", "type": "notebook", "name": "", "kernel": {"id": kernel_id}})
     await jp_fetch("api", "sessions", method="POST", body=body)
     kernel = manager.get_kernel(kernel_id)
-    await run_in_kernel(
+    await run_cell(
         kernel,
         "%load_ext jupyter_gpu\nimport torch\n"
         "_a = torch.ones(256 * 1024**2, device='cuda:0')  # 1 GiB on physical GPU 1\n"
@@ -190,7 +169,7 @@ async def test_the_panel_sees_a_training_notebook(jp_fetch, gpu_monitor, tmp_pat
     await wait_for(lambda: _ready(jp_fetch), timeout=15)
     kernel_id = await start_notebook_kernel(jp_fetch, "course/train_mlp.ipynb")
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
-    await run_in_kernel(kernel, TRAIN_IN_BACKGROUND)
+    await run_cell(kernel, TRAIN_IN_BACKGROUND)
 
     async def busy_and_attributed():
         telemetry = await get(jp_fetch, "telemetry")
@@ -214,4 +193,4 @@ async def test_the_panel_sees_a_training_notebook(jp_fetch, gpu_monitor, tmp_pat
     devices = await get(jp_fetch, "devices")
     for name, body in (("devices", devices), ("telemetry", telemetry), ("kernels", kernels)):
         (record / f"{name}.json").write_text(json.dumps(body, indent=1))
-    await run_in_kernel(kernel, "_trainer.join()")
+    await run_cell(kernel, "_trainer.join()")
