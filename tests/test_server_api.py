@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import pytest
@@ -92,6 +93,22 @@ async def test_history_since_returns_only_newer_samples(jp_fetch, gpu_monitor):
 
 async def _enough_history(jp_fetch, n):
     return len((await get(jp_fetch, "telemetry"))["history"]) >= n
+
+
+async def test_full_history_is_gzipped_for_clients_that_accept_it(jp_fetch, gpu_monitor):
+    await wait_for(lambda: _enough_history(jp_fetch, 40), timeout=10)
+    response = await jp_fetch(
+        "api", "gpu", "telemetry", headers={"Accept-Encoding": "gzip"}, decompress_response=False
+    )
+    assert response.headers["Content-Encoding"] == "gzip"
+    body = json.loads(gzip.decompress(response.body))
+    assert len(body["history"]) >= 40 and len(response.body) < len(json.dumps(body)) / 5
+    # an incremental poll stays small and plain
+    latest = await jp_fetch(
+        "api", "gpu", "telemetry", params={"since": str(body["now"])},
+        headers={"Accept-Encoding": "gzip"}, decompress_response=False,
+    )
+    assert "Content-Encoding" not in latest.headers and json.loads(latest.body)["latest"]
 
 
 @pytest.mark.parametrize("since", ["abc", "nan", "inf", "-1", ""])
