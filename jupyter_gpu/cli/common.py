@@ -1,4 +1,4 @@
-"""What every subcommand shares: exit codes, errors worth one line, the no-GPU verdict, tables."""
+"""What every subcommand shares: exit codes, errors worth one line, JSON and tables."""
 from __future__ import annotations
 
 import json
@@ -18,22 +18,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_FAIL) -> None:
         super().__init__(message)
         self.code = code
-
-
-def no_gpu_reason() -> str | None:
-    """None when torch can use a GPU here; otherwise the doctor's one-line verdict.
-
-    A command-line process has no kernel to protect, so CUDA may be initialised here.
-    """
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None and torch.cuda.is_available():
-        return None
-    from ..kernel.doctor import diagnose
-
-    return diagnose(allow_cuda_init=True, check_server=False).verdict
 
 
 def print_json(data: Any) -> None:

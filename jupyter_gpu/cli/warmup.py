@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, no_gpu_reason, print_json
+from ..kernel.doctor import no_gpu_reason
+from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print_json
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -26,15 +27,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def parse_devices(text: str, count: int) -> list[int]:
-    """``all`` or comma-separated indices below ``count``, each once, in the order given."""
-    if text.strip() == "all":
-        return list(range(count))
-    parts = [t.strip() for t in text.split(",") if t.strip()]
-    if not parts or not all(t.isdigit() and int(t) < count for t in parts):
-        raise CliError(f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by "
-                       f"commas, or 'all' ({count} GPU{'s' if count != 1 else ''} visible)", EXIT_USAGE)
-    return list(dict.fromkeys(int(t) for t in parts))
+def devices_option(text: str, count: int) -> list[int]:
+    from ..kernel.warmup import parse_devices
+
+    try:
+        return parse_devices(text, count)
+    except ValueError as error:
+        raise CliError(f"{error} ({count} GPU{'s' if count != 1 else ''} visible)", EXIT_USAGE) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..kernel.warmup import warm_up
 
-    report = warm_up(parse_devices(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
+    report = warm_up(devices_option(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
     failed = any(step.error for section in report.sections for step in section.steps)
     if args.json:
         print_json({"ok": not failed, "reason": None, **dataclasses.asdict(report)})

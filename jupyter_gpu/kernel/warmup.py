@@ -23,6 +23,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .cellexec import run_source
+from .doctor import no_gpu_reason
 from .extension import unregister_magics
 
 # Warmth belongs to the process (CUDA state is per process), not to one extension load.
@@ -234,33 +235,30 @@ def warm_up(devices: list[int], nccl: bool = False, compile: bool = False) -> Wa
     return report
 
 
-def _parse_devices(text: str | None, torch: Any) -> list[int]:
-    count = torch.cuda.device_count()
-    if text is None:
-        return [torch.cuda.current_device()]
+def parse_devices(text: str, count: int) -> list[int]:
+    """``all`` or comma-separated GPU indices below ``count``, each once, in the order given.
+
+    Raises ValueError naming the valid choices; callers add where the GPUs were counted.
+    """
     if text.strip() == "all":
         return list(range(count))
     indices = [t.strip() for t in text.split(",") if t.strip()]
     if not indices or not all(t.isdigit() and int(t) < count for t in indices):
-        raise UsageError(
-            f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by commas, or 'all' "
-            f"(this kernel sees {count} GPU{'s' if count != 1 else ''})."
+        raise ValueError(
+            f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by commas, or 'all'"
         )
     return list(dict.fromkeys(int(t) for t in indices))
 
 
-def _no_gpu_reason() -> str | None:
-    """None when CUDA works; otherwise the doctor's one-line verdict."""
+def _parse_devices(text: str | None, torch: Any) -> list[int]:
+    """The magic's reading of ``--devices``: this kernel's current GPU when none is given."""
+    if text is None:
+        return [torch.cuda.current_device()]
+    count = torch.cuda.device_count()
     try:
-        import torch
-
-        if torch.cuda.is_available():
-            return None
-    except ImportError:
-        pass
-    from .doctor import diagnose
-
-    return diagnose(allow_cuda_init=True, check_server=False).verdict
+        return parse_devices(text, count)
+    except ValueError as error:
+        raise UsageError(f"{error} (this kernel sees {count} GPU{'s' if count != 1 else ''}).") from None
 
 
 @magics_class
@@ -292,7 +290,7 @@ class WarmupMagics(Magics):
         args = parse_argstring(self.gpu_warmup, line)
         if args.repeat < 1:
             raise UsageError("--repeat must be 1 or more.")
-        reason = _no_gpu_reason()
+        reason = no_gpu_reason()
         if reason is not None:
             print(f"gpu_warmup: nothing to warm. {reason}. Run %gpu_doctor for the fix.")
             return

@@ -12,7 +12,7 @@ from .checks import Check, Status
 from .facts import Facts, gather
 from .report import Report, evaluate
 
-__all__ = ["Check", "Facts", "Report", "Status", "diagnose", "evaluate", "gather"]
+__all__ = ["Check", "Facts", "Report", "Status", "diagnose", "evaluate", "gather", "no_gpu_reason"]
 
 
 def diagnose(env: Mapping[str, str] | None = None, **seams: Any) -> Report:
@@ -22,3 +22,17 @@ def diagnose(env: Mapping[str, str] | None = None, **seams: Any) -> Report:
     here, or CUDA not yet initialised): call it off any event loop.
     """
     return evaluate(gather(env, **seams))
+
+
+def no_gpu_reason() -> str | None:
+    """None when torch can use a GPU in this process; otherwise the doctor's one-line verdict.
+
+    For callers about to use CUDA anyway (a warm-up, the command line): it asks torch directly.
+    """
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        return None
+    return diagnose(allow_cuda_init=True, check_server=False).verdict
