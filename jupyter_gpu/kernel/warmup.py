@@ -9,7 +9,6 @@ It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times 
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -170,25 +169,12 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
 
 def _process_memory(torch: Any, index: int) -> int | None:
     """This process's memory on the GPU as NVML counts it (context included), if NVML can say."""
-    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    if uuid is None:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")  # torch's UUID lacks the prefix
-        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
-        return used[0] if used else None
-    except pynvml.NVMLError:  # e.g. a MIG instance, whose UUID is not a GPU's
-        return None
-    finally:
-        pynvml.nvmlShutdown()
+    from .gpu_memory import device_view
+    from .torch_state import nvml_uuid
+
+    uuid = nvml_uuid(torch, index)
+    view, _ = device_view(uuid) if uuid else (None, None)
+    return view.this_kernel_bytes if view else None
 
 
 def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = False) -> Section:
