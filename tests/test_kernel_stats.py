@@ -102,11 +102,15 @@ def test_every_truncation_is_refused(tmp_path: Path) -> None:
         ({"pid": "4242"}, "pid"),
         ({"pid": True}, "pid"),
         ({"pid": 0}, "pid"),
+        ({"pid": 2**64}, "pid"),
+        ({"time": 10**400}, "time"),
         ({"time": "yesterday"}, "time"),
         ({"cuda_in_use": 1}, "cuda_in_use"),
         ({"devices": {"0": {}}}, "devices"),
         ({"devices": [_device()] * 65}, "devices"),
         ({"devices": [[]]}, "device entry"),
+        ({"devices": [_device(), _device()]}, "device 0 is listed twice"),
+        ({"devices": [_device(), {**_device(), "index": 1}]}, "is listed twice"),  # same uuid
     ],
 )
 def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
@@ -119,9 +123,19 @@ def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
     ("key", "value"),
     [
         ("index", -1),
+        ("index", 64),
+        ("index", True),
         ("uuid", 7),
         ("allocated_bytes", -5),
         ("reserved_bytes", 1.5),
+        # Past what a double holds: prometheus_client raised OverflowError on the whole /metrics.
+        ("allocated_bytes", 10**400),
+        ("num_ooms", 2**53 + 1),
+        ("num_alloc_retries", True),
+        ("fragmentation", 10**400),
+        ("largest_free_block_bytes", {"large": 10**400, "small": 0}),
+        ("segments", 2**64),
+        ("snapshot_time", 10**400),
         ("num_ooms", None),
         ("fragmentation", 1.5),
         ("fragmentation", "high"),
@@ -131,13 +145,30 @@ def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
         ("snapshot_time", "now"),
         ("expandable_segments", "yes"),
     ],
+    ids=lambda v: f"{v}"[:20],
 )
 def test_wrong_device_fields(tmp_path: Path, key: str, value) -> None:
     device = _device()
     device[key] = value
     _write(tmp_path, _doc(devices=[device]))
     stats, reason = _read(tmp_path)
-    assert stats is None and "malformed" in reason
+    assert stats is None and "malformed" in reason and key in reason
+
+
+@pytest.mark.parametrize("key", ["fragmentation", "snapshot_time"])
+def test_a_float_literal_that_overflows_to_infinity(tmp_path: Path, key: str) -> None:
+    """``1e999`` is valid JSON; Python reads it as inf (NaN/Infinity literals are refused earlier)."""
+    device = {**_device(), key: 0.5}
+    _write(tmp_path, json.dumps(_doc(devices=[device])).replace(f'"{key}": 0.5', f'"{key}": 1e999'))
+    stats, reason = _read(tmp_path)
+    assert stats is None and "malformed" in reason and key in reason
+
+
+def test_largest_figures_a_double_holds_pass(tmp_path: Path) -> None:
+    device = {**_device(), "allocated_bytes": 2**53, "reserved_bytes": 2**53, "fragmentation": 1}
+    _write(tmp_path, _doc(devices=[device]))
+    stats, reason = _read(tmp_path)
+    assert reason is None and stats["devices"][0]["allocated_bytes"] == 2**53
 
 
 def test_not_a_number_constants(tmp_path: Path) -> None:
@@ -184,6 +215,13 @@ def test_directory(tmp_path: Path) -> None:
     (tmp_path / file_name(KID)).mkdir()
     stats, reason = _read(tmp_path)
     assert stats is None and reason == "stats file is not a regular file"
+
+
+def test_another_users_file(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    os.chown(_write(tmp_path, _doc()), 65534, 65534)
+    assert _read(tmp_path) == (None, "stats file belongs to another user")
 
 
 def test_writable_by_others(tmp_path: Path) -> None:

@@ -18,6 +18,10 @@ FILE_PREFIX = "jupyter_gpu-kernel-"
 # Kernel ids are UUIDs in practice; anything that could leave the runtime dir is refused.
 KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_DEVICES = 64
+# Counts and byte sizes a double holds exactly; far above any GPU's memory (2**53 B = 8 PiB).
+MAX_COUNT = 2**53
+# Linux's PID_MAX_LIMIT; other systems stay below it.
+MAX_PID = 2**22
 
 _COUNTS = (
     "allocated_bytes",
@@ -69,20 +73,24 @@ def device_record(
     }
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _is_count(value: Any, limit: int = MAX_COUNT) -> bool:
+    """An int (bools are not) in ``0..limit``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
 
 
-def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _is_number(value: Any) -> bool:
+    """A finite float, or an int no bigger than a float holds exactly (``isfinite(10**400)`` raises)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_COUNT
 
 
 def _device(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, "device entry is not an object"
     out: dict[str, Any] = {}
-    if not _is_count(raw.get("index")):
-        return None, "device index is not a non-negative integer"
+    if not _is_count(raw.get("index"), MAX_DEVICES - 1):
+        return None, f"device index is not an integer from 0 to {MAX_DEVICES - 1}"
     out["index"] = raw["index"]
     uuid = raw.get("uuid")
     if uuid is not None and not (isinstance(uuid, str) and len(uuid) <= 128):
@@ -90,24 +98,24 @@ def _device(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     out["uuid"] = uuid
     for key in _COUNTS:
         if not _is_count(raw.get(key)):
-            return None, f"{key} is not a non-negative integer"
+            return None, f"{key} is not an integer from 0 to 2**53"
         out[key] = raw[key]
     fragmentation = raw.get("fragmentation")
-    if fragmentation is not None and not (_is_time(fragmentation) and 0 <= fragmentation <= 1):
+    if fragmentation is not None and not (_is_number(fragmentation) and 0 <= fragmentation <= 1):
         return None, "fragmentation is not a number between 0 and 1"
     out["fragmentation"] = fragmentation
     largest = raw.get("largest_free_block_bytes")
     if largest is not None:
         if not (isinstance(largest, dict) and all(_is_count(largest.get(p)) for p in POOLS)):
-            return None, "largest_free_block_bytes is not a per-pool object of integers"
+            return None, "largest_free_block_bytes is not a per-pool object of integers up to 2**53"
         largest = {p: largest[p] for p in POOLS}
     out["largest_free_block_bytes"] = largest
     segments = raw.get("segments")
     if segments is not None and not _is_count(segments):
-        return None, "segments is not a non-negative integer"
+        return None, "segments is not an integer from 0 to 2**53"
     out["segments"] = segments
     snapshot_time = raw.get("snapshot_time")
-    if snapshot_time is not None and not _is_time(snapshot_time):
+    if snapshot_time is not None and not _is_number(snapshot_time):
         return None, "snapshot_time is not a finite number"
     out["snapshot_time"] = snapshot_time
     expandable = raw.get("expandable_segments")
@@ -126,20 +134,25 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
     if doc.get("kernel_id") != kernel_id:
         return None, "kernel_id does not match the file name"
     pid = doc.get("pid")
-    if not (_is_count(pid) and pid > 0):
-        return None, "pid is not a positive integer"
-    if not _is_time(doc.get("time")):
+    if not (_is_count(pid, MAX_PID) and pid > 0):
+        return None, f"pid is not an integer from 1 to {MAX_PID}"
+    if not _is_number(doc.get("time")):
         return None, "time is not a finite number"
     if not isinstance(doc.get("cuda_in_use"), bool):
         return None, "cuda_in_use is not a boolean"
     devices = doc.get("devices")
     if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
         return None, "devices is not a list of at most 64 entries"
-    clean_devices = []
+    clean_devices: list[dict[str, Any]] = []
     for raw in devices:
         device, reason = _device(raw)
         if device is None:
             return None, reason
+        # The same device twice would be two Prometheus series with the same labels.
+        if any(d["index"] == device["index"] for d in clean_devices):
+            return None, f"device {device['index']} is listed twice"
+        if device["uuid"] is not None and any(d["uuid"] == device["uuid"] for d in clean_devices):
+            return None, f"device uuid {device['uuid']} is listed twice"
         clean_devices.append(device)
     return {
         "version": VERSION,

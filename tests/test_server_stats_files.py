@@ -1,0 +1,100 @@
+"""Stats files are written by code the server does not control: a notebook's own code, a
+package it installed, or another user where the runtime dir is shared. Whatever a file holds,
+the kernels API and jupyter_server's /metrics keep answering, and only that kernel loses its
+allocator figures, with the reason in the API."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpu.analysis.stats_file import VERSION, file_name
+from test_kernel_stats import _device
+from test_server_api import get, wait_for
+from test_server_kernels import start_notebook_kernel
+
+UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
+
+
+def stats_doc(gpu_monitor, kernel_id: str, devices: list[dict]) -> str:
+    """What the agent of that kernel would write now: its PID, the current time."""
+    pid = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
+    return json.dumps({"version": VERSION, "kernel_id": kernel_id, "pid": pid, "time": time.time(),
+                       "cuda_in_use": True, "devices": devices})
+
+
+def publish(gpu_monitor, kernel_id: str, text: str, path: Path | None = None) -> Path:
+    path = path or Path(gpu_monitor.serverapp.kernel_manager.connection_dir) / file_name(kernel_id)
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+async def kernels_and_metrics(jp_fetch) -> tuple[dict[str, dict], str]:
+    """The kernels API (which also refreshes what Prometheus reports), then a scrape."""
+    await wait_for(lambda: get(jp_fetch, "telemetry"))
+    body = await get(jp_fetch, "kernels")
+    response = await jp_fetch("metrics")
+    assert response.code == 200
+    return {k["id"]: k for k in body["kernels"]}, response.body.decode()
+
+
+def allocator_series(metrics: str, kernel_id: str) -> list[str]:
+    return [line for line in metrics.splitlines()
+            if line.startswith("jupyter_gpu_kernel_allocator_") and f'kernel_id="{kernel_id}"' in line]
+
+
+async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
+    """10**400 bytes once made prometheus_client raise OverflowError: /metrics answered 500."""
+    good = await start_notebook_kernel(jp_fetch, "good.ipynb")
+    publish(gpu_monitor, good, stats_doc(gpu_monitor, good, [_device()]))
+    absurd = {"allocated_bytes": 10**400, "fragmentation": 10**400, "num_ooms": 2**64}
+    bad = {}
+    for field, value in absurd.items():
+        bad[field] = await start_notebook_kernel(jp_fetch, f"{field}.ipynb")
+        publish(gpu_monitor, bad[field], stats_doc(gpu_monitor, bad[field], [{**_device(), field: value}]))
+
+    kernels, metrics = await kernels_and_metrics(jp_fetch)
+    assert kernels[good]["allocator"]["devices"][0]["allocated_bytes"] == _device()["allocated_bytes"]
+    assert any(line.startswith("jupyter_gpu_kernel_allocator_allocated_bytes{") and f'uuid="{UUID0}"' in line
+               for line in allocator_series(metrics, good))
+    for field, kernel_id in bad.items():
+        assert kernels[kernel_id]["allocator"] is None
+        assert field in kernels[kernel_id]["allocator_reason"]
+        assert allocator_series(metrics, kernel_id) == []
+
+
+async def test_a_device_listed_twice_is_refused(jp_fetch, gpu_monitor):
+    """Two series with the same labels make Prometheus reject the whole scrape."""
+    twice = await start_notebook_kernel(jp_fetch, "twice.ipynb")
+    publish(gpu_monitor, twice, stats_doc(gpu_monitor, twice, [_device(), _device()]))
+    kernels, metrics = await kernels_and_metrics(jp_fetch)
+    assert kernels[twice]["allocator"] is None
+    assert kernels[twice]["allocator_reason"] == "stats file is malformed: device 0 is listed twice"
+    assert allocator_series(metrics, twice) == []
+    series = [line.rsplit(" ", 1)[0] for line in metrics.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series))
+
+
+async def test_planted_files_are_ignored(jp_fetch, gpu_monitor, tmp_path):
+    """A symlink, or a file of another user, under a kernel's stats file name."""
+    linked = await start_notebook_kernel(jp_fetch, "linked.ipynb")
+    target = publish(gpu_monitor, linked, stats_doc(gpu_monitor, linked, [_device()]), tmp_path / "elsewhere.json")
+    (Path(gpu_monitor.serverapp.kernel_manager.connection_dir) / file_name(linked)).symlink_to(target)
+    foreign = None
+    if os.geteuid() == 0:  # only root can give a file away
+        foreign = await start_notebook_kernel(jp_fetch, "foreign.ipynb")
+        os.chown(publish(gpu_monitor, foreign, stats_doc(gpu_monitor, foreign, [_device()])), 65534, 65534)
+
+    kernels, metrics = await kernels_and_metrics(jp_fetch)
+    assert kernels[linked]["allocator"] is None
+    assert kernels[linked]["allocator_reason"] == "stats file is a symlink"
+    assert allocator_series(metrics, linked) == []
+    if foreign is None:
+        pytest.skip("the file of another user needs root to be made")
+    assert kernels[foreign]["allocator"] is None
+    assert kernels[foreign]["allocator_reason"] == "stats file belongs to another user"
+    assert allocator_series(metrics, foreign) == []
