@@ -1,6 +1,7 @@
 """Every route demands authentication and honours the server's authorizer."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -25,6 +26,37 @@ async def test_every_route_refuses_requests_without_a_valid_token(jp_fetch, rout
 @pytest.mark.parametrize("route", ROUTES)
 async def test_every_route_answers_with_the_token(jp_fetch, route):
     assert (await jp_fetch(*route.split("/"))).code == 200
+
+
+class TestTokenInTheURL:
+    """`?token=` as jupyter_server accepts it (links, curl, Grafana data sources): no header."""
+
+    @pytest.fixture
+    def jp_auth_header(self):
+        return {}
+
+    @pytest.fixture(params=["/", "/user/alice/"])
+    def jp_base_url(self, request):
+        return request.param
+
+    @pytest.mark.parametrize("route", ROUTES)
+    async def test_every_route_answers_with_the_token_in_the_url_only(self, jp_fetch, jp_serverapp, route):
+        token = jp_serverapp.identity_provider.token
+        response = await jp_fetch(*route.split("/"), params={"token": token}, follow_redirects=False)
+        assert response.code == 200 and "available" in json.loads(response.body)
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch(*route.split("/"), params={"token": "wrong-token"}, follow_redirects=False)
+        assert info.value.code == 403
+
+    async def test_the_token_goes_with_other_parameters(self, jp_fetch, jp_serverapp):
+        token = jp_serverapp.identity_provider.token
+        response = await jp_fetch("api", "gpu", "telemetry", params={"token": token, "since": "0"})
+        assert "history" in json.loads(response.body)
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch("api", "gpu", "telemetry", params={"token": token, "sinse": "0"})
+        assert info.value.code == 400
+        assert json.loads(info.value.response.body)["message"] == (
+            "Unknown query parameter(s): sinse. Allowed: since, token.")
 
 
 def test_no_handler_lacks_an_auth_rule(jp_server_config):

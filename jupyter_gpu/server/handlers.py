@@ -25,6 +25,8 @@ class GPUHandler(APIHandler):
 
     auth_resource = AUTH_RESOURCE
     allowed_params: frozenset[str] = frozenset()
+    # jupyter_server takes the token from `?token=` as well as from the Authorization header.
+    auth_params = frozenset({"token"})
 
     def initialize(self, monitor: Any) -> None:
         self.monitor = monitor
@@ -33,9 +35,10 @@ class GPUHandler(APIHandler):
         # JupyterLab's ServerConnection.makeRequest busts caches with a bare `?<timestamp>`.
         args = self.request.query_arguments
         cache_busters = {k for k, v in args.items() if k.isdigit() and v in ([b""], [])}
-        unknown = sorted(set(args) - self.allowed_params - cache_busters)
+        allowed_params = self.allowed_params | self.auth_params
+        unknown = sorted(set(args) - allowed_params - cache_busters)
         if unknown:
-            allowed = ", ".join(sorted(self.allowed_params)) or "none"
+            allowed = ", ".join(sorted(allowed_params))
             raise web.HTTPError(
                 400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}."
             )
