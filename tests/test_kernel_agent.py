@@ -210,6 +210,18 @@ def test_remove_spares_a_file_of_another_process(agent) -> None:
     assert a.path.exists()
 
 
+def test_a_fifo_planted_at_the_stats_name_does_not_hang_unload(agent) -> None:
+    """%unload_ext and kernel exit read the file back before removing it: a FIFO blocked that read."""
+    a = agent()
+    os.mkfifo(a.path, 0o600)
+    removing = threading.Thread(target=a.remove, daemon=True)
+    removing.start()
+    removing.join(timeout=5)
+    if removing.is_alive():  # free the blocked reader before failing
+        os.close(os.open(a.path, os.O_WRONLY))
+    assert not removing.is_alive() and not a.path.exists()
+
+
 def test_stats_path_from_connection_file(tmp_path: Path) -> None:
     kid = str(uuid.uuid4())
     path, found = stats_path(str(tmp_path / f"kernel-{kid}.json"))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpu.analysis.fragmentation import allocator_figures, summarize_snapshot
-from jupyter_gpu.analysis.stats_file import device_record, file_name
-from jupyter_gpu.server.kernel_stats import MAX_BYTES, read_kernel_stats
+from jupyter_gpu.analysis.stats_file import MAX_BYTES, device_record, file_name
+from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KID = "5f1c2d3e-0000-4a4a-9b9b-123456789abc"

@@ -18,6 +18,8 @@ FILE_PREFIX = "jupyter_gpu-kernel-"
 # Kernel ids are UUIDs in practice; anything that could leave the runtime dir is refused.
 KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_DEVICES = 64
+# A 64-GPU record is ~40 KiB; anything much bigger is not an agent's.
+MAX_BYTES = 256 * 1024
 # Counts and byte sizes a double holds exactly; far above any GPU's memory (2**53 B = 8 PiB).
 MAX_COUNT = 2**53
 # Linux's PID_MAX_LIMIT; other systems stay below it.

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,8 @@ from traitlets import Float
 from traitlets.config import Configurable
 
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
-from ..analysis.stats_file import VERSION, device_record, file_name
+from ..analysis.stats_file import MAX_BYTES, VERSION, device_record, file_name
+from ..runtime_dir import RefusedFile, connection_file, read_own_file
 from .torch_state import nvml_uuid, snapshot_segments, torch_in_use
 
 log = logging.getLogger(__name__)
@@ -139,10 +139,11 @@ class KernelAgent(Configurable):
     def remove(self) -> None:
         """Delete the file if this process wrote it (a restarted kernel reuses the name)."""
         try:
-            with open(self.path, "rb") as f:
-                owner = json.loads(f.read(1 << 20)).get("pid")
-        except (OSError, ValueError, AttributeError):
-            owner = os.getpid()  # unreadable or half gone: ours to clean up
+            owner = json.loads(read_own_file(self.path, MAX_BYTES)).get("pid")
+        except FileNotFoundError:
+            return
+        except (RefusedFile, ValueError, AttributeError):
+            owner = os.getpid()  # unreadable or not a stats file: ours to clean up
         if owner == os.getpid():
             _unlink(str(self.path))
 
@@ -188,18 +189,6 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def connection_file() -> str | None:
-    """This kernel's connection file; None outside an ipykernel (e.g. terminal IPython)."""
-    if "ipykernel" not in sys.modules:
-        return None
-    from ipykernel import get_connection_file
-
-    try:
-        return get_connection_file()
-    except (RuntimeError, OSError):
-        return None
 
 
 def stats_path(connection: str) -> tuple[Path, str] | None:

@@ -1,27 +1,23 @@
 """Read a kernel agent's stats file without trusting it (DESIGN decision 6).
 
 Any process of the user can write into the runtime dir, and kernels die without cleaning up,
-so every file is checked: no symlinks (``O_NOFOLLOW``), a regular file of this user that nobody
-else can write, at most ``MAX_BYTES``, the schema of ``analysis.stats_file``, the kernel id of
-its name, a recent timestamp and a live PID. A refused file yields ``None`` and a reason; this
-never raises and never blocks (``O_NONBLOCK`` keeps a FIFO planted under the name from hanging
-the event loop).
+so every file is checked: ``runtime_dir.read_own_file`` (no symlink, no FIFO, a regular file
+of this user that nobody else can write, at most ``MAX_BYTES``), the schema of
+``analysis.stats_file`` (bounded numbers), the kernel id of its name, a recent timestamp and a
+live PID. A refused file yields ``None`` and a reason; this never raises and never blocks.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 import time
 from typing import Any, Callable, NamedTuple
 
 import psutil
 
-from ..analysis.stats_file import file_name, validate
+from ..analysis.stats_file import MAX_BYTES, file_name, validate
+from ..runtime_dir import RefusedFile, read_own_file
 
-# A 64-GPU record is ~40 KiB; anything much bigger is not ours.
-MAX_BYTES = 256 * 1024
 # The agent writes every second; a file this old belongs to a hung or dead kernel.
 DEFAULT_MAX_AGE = 10.0
 
@@ -37,41 +33,13 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number")
 
 
-def _read_limited(path: str) -> tuple[bytes | None, str | None]:
+def _read(path: str) -> tuple[bytes | None, str | None]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_own_file(path, MAX_BYTES), None
     except FileNotFoundError:
         return None, "no stats file: jupyter_gpu is not loaded in this kernel"
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return None, "stats file is a symlink"
-        return None, f"stats file cannot be opened: {error.strerror}"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, "stats file is not a regular file"
-        if info.st_uid != os.geteuid():
-            return None, "stats file belongs to another user"
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None, "stats file is writable by other users"
-        if info.st_size > MAX_BYTES:
-            return None, f"stats file is larger than {MAX_BYTES} bytes"
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, MAX_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as error:
-        return None, f"stats file cannot be read: {error.strerror}"
-    finally:
-        os.close(fd)
-    if size > MAX_BYTES:
-        return None, f"stats file is larger than {MAX_BYTES} bytes"
-    if size == 0:
-        return None, "stats file is empty"
-    return b"".join(chunks), None
+    except RefusedFile as error:
+        return None, f"stats file {error}"
 
 
 def read_kernel_stats(
@@ -90,7 +58,7 @@ def read_kernel_stats(
         name = file_name(kernel_id)
     except ValueError:
         return KernelStats(None, "not a valid kernel id")
-    data, reason = _read_limited(os.path.join(os.fspath(runtime_dir), name))
+    data, reason = _read(os.path.join(os.fspath(runtime_dir), name))
     if data is None:
         return KernelStats(None, reason)
     try:
