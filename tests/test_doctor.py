@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpu.client import Server
 from jupyter_gpu.kernel.doctor import Status, diagnose, evaluate
 from jupyter_gpu.kernel.doctor.checks import arch_support, choose_build, parse_alloc_conf
 from jupyter_gpu.kernel.doctor.facts import Facts, ShmInfo, TorchInfo, gather, read_torch
@@ -454,14 +455,15 @@ def test_servers_are_asked_over_http_with_their_token(api_server):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/"
     probes = probe_servers(lambda: [
-        {"url": api_server, "token": "secret"},
-        {"url": api_server, "token": "wrong"},
-        {"url": api_server + "lab/", "token": "secret"},
-        {"url": dead, "token": "secret"},
+        Server(api_server, "secret"),
+        Server(api_server, "wrong"),
+        Server(api_server + "lab/", "secret"),
+        Server(dead, "secret"),
     ])
     assert [p.status for p in probes] == [200, 403, 404, None]
     assert probes[0].url == api_server + "api/gpu/devices"
-    assert probes[3].error
+    assert probes[3].error.startswith(f"cannot reach {dead}: ")
+    assert check(evaluate(dataclasses.replace(healthy(), servers=probes[3:])), "server").summary == probes[3].error
 
 
 # -- the magic ---------------------------------------------------------------------------------

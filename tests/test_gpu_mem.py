@@ -21,6 +21,7 @@ from IPython.core.getipython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
+from jupyter_gpu import client
 from jupyter_gpu.kernel import gpu_memory, memory_magic, oom
 from jupyter_gpu.kernel.extension import FEATURES
 from jupyter_gpu.nvml.simulated import SimulatedNVML
@@ -289,7 +290,7 @@ def jupyter_server(tmp_path, monkeypatch, other_process):
     (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps(
         {"url": f"http://127.0.0.1:{httpd.server_port}/base/", "token": "secret", "pid": os.getppid()}
     ))
-    monkeypatch.setattr(gpu_memory, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
+    monkeypatch.setattr(client, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
     yield seen
     httpd.shutdown()
 
@@ -303,15 +304,17 @@ def test_other_kernels_named_by_notebook(ip, nvml, monkeypatch, jupyter_server) 
 
 
 def test_unreachable_server_falls_back_quickly(tmp_path, monkeypatch) -> None:
-    (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps({"url": "http://127.0.0.1:9/", "token": ""}))
-    monkeypatch.setattr(gpu_memory, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
+    (tmp_path / f"jpserver-{os.getppid()}.json").write_text(json.dumps(
+        {"url": "http://127.0.0.1:9/", "token": "", "pid": os.getppid()}))
+    monkeypatch.setattr(client, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
     started = time.monotonic()
     assert gpu_memory.server_labels(f"GPU-{UUID0}") == {}
     assert time.monotonic() - started < gpu_memory.SERVER_TIMEOUT + 1
 
 
-def test_no_server_outside_a_kernel(monkeypatch) -> None:
-    monkeypatch.setattr(gpu_memory, "connection_file", lambda: None)
+def test_no_server_no_labels(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(client, "connection_file", lambda: None)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     assert gpu_memory.server_labels(f"GPU-{UUID0}") == {}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..analysis.fragmentation import format_bytes
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
-from .server import Server, find_server, server_from_url
+from .server import Server, find_server, get, server_from_url
 
 GPU_FIELDS = (
     "index", "uuid", "name", "state", "error", "utilization_gpu_percent", "memory_used_bytes",
@@ -69,15 +69,15 @@ def from_nvml() -> dict[str, Any]:
 
 def from_server(server: Server) -> dict[str, Any]:
     """The server's latest sample joined with its kernels: each GPU process with its notebook."""
-    devices = server.get("devices")
+    devices = get(server, "devices")
     status = _empty("server", server.url, simulated=bool(devices.get("simulated")))
     status["driver_version"] = devices.get("driver_version")
     status["cuda_driver_version"] = devices.get("cuda_driver_version")
-    telemetry = server.get(f"telemetry?since={time.time():.3f}")
+    telemetry = get(server, f"telemetry?since={time.time():.3f}")
     latest = telemetry.get("latest")
     if not telemetry.get("available") or not isinstance(latest, dict):
         return {**status, "available": False, "reason": telemetry.get("reason") or devices.get("reason")}
-    kernels = server.get("kernels")
+    kernels = get(server, "kernels")
     static = {d.get("index"): d for d in devices.get("devices") or [] if isinstance(d, dict)}
     owner = {}  # (gpu index, pid) -> kernel
     status["kernels"] = []

@@ -6,10 +6,7 @@ Used by ``%gpu_mem`` and the out-of-memory explanation, i.e. on demand, never on
 from __future__ import annotations
 
 import getpass
-import json
-import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
@@ -17,16 +14,15 @@ import psutil
 import pynvml
 
 from ..analysis.fragmentation import AllocatorFigures, allocator_figures, summarize_snapshot
+from ..client import ServerError, discover
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.simulated import SimulatedNVML
 from ..server.processes import ProcessMeta, describe
-from .agent import connection_file
 from .torch_state import snapshot_segments
 
 # Tests swap in jupyter_gpu.nvml.simulated; everywhere else this is the real pynvml module.
 nvml_backend: Callable[[], Any] = lambda: pynvml  # noqa: E731
 SERVER_TIMEOUT = 2.0
-MAX_RESPONSE = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -168,52 +164,32 @@ def all_devices() -> tuple[list[dict[str, Any]], str | None]:
         reader.close()
 
 
-def _server_info() -> dict[str, Any] | None:
-    """The ``jpserver-<pid>.json`` of the Jupyter server that started this kernel, if any."""
-    connection = connection_file()
-    if connection is None:
-        return None
-    runtime = Path(connection).resolve().parent
-    try:
-        ancestors = [p.pid for p in psutil.Process().parents()]
-    except psutil.Error:
-        return None
-    for pid in ancestors:
-        try:
-            info = json.loads((runtime / f"jpserver-{pid}.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(info, dict):
-            return info
-    return None
-
-
 def server_labels(uuid: str) -> dict[int, str]:
-    """PID → "notebook <path>" for kernels of this Jupyter server on that GPU.
+    """PID → "notebook <path>" for kernels of this kernel's Jupyter server on that GPU.
 
-    Asks ``GET {server}api/gpu/kernels``, which maps NVML processes (children included) to
-    kernels and sessions; empty when there is no such server or it cannot be reached.
+    Asks ``GET {server}api/gpu/kernels`` of the first server ``client.discover`` lists (the one
+    that started this kernel, when there is one), which maps NVML processes (children included)
+    to kernels and sessions; empty when there is no such server or it cannot be asked.
     """
-    info = _server_info()
-    url = info.get("url") if info else None
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    servers = discover()
+    if not servers:
         return {}
-    request = urllib.request.Request(
-        url.rstrip("/") + "/api/gpu/kernels",
-        headers={"Authorization": f"token {info.get('token') or ''}"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=SERVER_TIMEOUT) as response:
-            data = json.loads(response.read(MAX_RESPONSE))
-    except (OSError, ValueError):
+        data = servers[0].get("api/gpu/kernels", timeout=SERVER_TIMEOUT)
+    except ServerError:
         return {}
     labels: dict[int, str] = {}
-    for kernel in data.get("kernels", []) if isinstance(data, dict) else []:
+    for kernel in _list(data.get("kernels")):
         if not isinstance(kernel, dict):
             continue
         name = f"notebook {kernel['path']}" if kernel.get("path") else f"kernel {kernel.get('id')}"
-        for row in kernel.get("gpu_memory") or []:
+        for row in _list(kernel.get("gpu_memory")):
             if isinstance(row, dict) and row.get("uuid") == uuid:
-                labels.update({pid: name for pid in row.get("pids") or [] if isinstance(pid, int)})
+                labels.update({pid: name for pid in _list(row.get("pids")) if isinstance(pid, int)})
     return labels
+
+
+def _list(value: Any) -> list[Any]:
+    """The server's reply is checked like any input: a list where one is expected, else nothing."""
+    return value if isinstance(value, list) else []
 

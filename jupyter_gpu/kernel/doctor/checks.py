@@ -603,8 +603,9 @@ def check_server(f: Facts) -> Check | None:
     if s.status in (401, 403):
         return Check("server", title, Status.WARN, f"the server refused this kernel's token ({s.url} → {s.status})",
                      fix="Open the notebook from that server, or check its authentication settings.")
-    what = f"HTTP {s.status}" if s.status else s.error
-    return Check("server", title, Status.WARN, f"could not reach {s.url}: {what}",
+    # The client's error names the address itself, e.g. "cannot reach http://…: Connection refused".
+    what = s.error or f"could not reach {s.url}: HTTP {s.status}"
+    return Check("server", title, Status.WARN, what,
                  fix="A stopped server may have left its runtime file behind; `jupyter server list` shows which run.")
 
 

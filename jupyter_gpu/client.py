@@ -1,0 +1,191 @@
+"""The one client of a Jupyter server's REST API: for ``jupyter gpu``, the doctor and ``%gpu_mem``.
+
+A request to a Jupyter server carries its token, and the token is the user's account (it runs
+code as them). So every request made here
+
+- goes straight to the server, whatever ``http_proxy``, ``HTTP_PROXY`` or ``all_proxy`` say:
+  a proxy (or whoever set the variable) would read the ``Authorization`` header;
+- follows no redirect: urllib would send the token along to wherever the answer points;
+- waits at most ``timeout`` seconds to connect and for each read, and reads at most
+  ``max_bytes``: a server that hangs or floods costs a short wait, not a hung kernel;
+- fails as one ``ServerError`` line, with the HTTP status when one came.
+
+Servers are found through their ``jpserver-<pid>.json`` files in the runtime dir, trusting only
+regular files of this user (``runtime_dir.read_own_file``): a file planted by another user, or a
+symlink to one, could name their own listener and collect the token, the hub's included.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import psutil
+
+from .analysis.fragmentation import format_bytes
+from .runtime_dir import RefusedFile, connection_file, read_own_file
+
+TIMEOUT = 5.0
+# The full telemetry history of eight GPUs is ~3 MB; nothing this package asks for is bigger.
+MAX_REPLY_BYTES = 16 * 2**20
+MAX_SERVER_FILE_BYTES = 64 * 2**10
+
+
+class ServerError(Exception):
+    """A request that failed, as one line; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None  # urllib then raises HTTPError with the 3xx status
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # base URL, base_url included, ending in "/"
+    token: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+
+    def get(self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES) -> dict[str, Any]:
+        """GET ``{url}{path}`` (e.g. ``api/gpu/devices``) and return its JSON object."""
+        url = self.url + path
+        request = urllib.request.Request(url)
+        if self.token:
+            request.add_unredirected_header("Authorization", f"token {self.token}")
+        try:
+            with _OPENER.open(request, timeout=timeout) as response:
+                body = response.read(max_bytes + 1)
+        except urllib.error.HTTPError as error:
+            error.close()
+            if 300 <= error.code < 400:
+                where = error.headers.get("Location") if error.headers else None
+                raise ServerError(f"{url} redirects to {where} (HTTP {error.code}): not followed, "
+                                  "the token would go along", error.code) from None
+            raise ServerError(f"{url} answered HTTP {error.code}", error.code) from None
+        except (OSError, http.client.HTTPException) as error:  # URLError and timeouts included
+            raise ServerError(f"cannot reach {self.url}: {getattr(error, 'reason', None) or error}") from None
+        if len(body) > max_bytes:
+            raise ServerError(f"{url} sent more than {format_bytes(max_bytes)}: refused")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise ServerError(f"{url} did not answer with JSON") from None
+        if not isinstance(data, dict):
+            raise ServerError(f"{url} answered with unexpected JSON")
+        return data
+
+
+def server_at(url: str, token: str | None) -> Server:
+    """The server at ``url``, base_url included (e.g. ``http://127.0.0.1:8888/user/alice/``);
+    ValueError for anything but an http(s) address."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an http(s) address: {url!r}")
+    return Server(url.rstrip("/") + "/", token or None)
+
+
+class _Found(NamedTuple):
+    server: Server
+    pid: int
+    root_dir: Path | None
+
+
+def discover(runtime_dir: str | os.PathLike[str] | None = None) -> list[Server]:
+    """This user's running Jupyter servers, the one that owns the caller first.
+
+    First a server that is this process or an ancestor of it: the server that started this
+    kernel, or whose terminal runs this command. Then servers whose root_dir holds the working
+    directory, the deepest root first. Then the others, by file name. ``runtime_dir`` defaults
+    to the directory of this kernel's connection file (its server's runtime dir, which may be
+    configured away from the default), else ``jupyter_runtime_dir()``.
+
+    The token is the one in the server's file; a server file without one (a JupyterHub
+    single-user server) gets ``JUPYTERHUB_API_TOKEN``, which such a server accepts.
+    """
+    directory = Path(runtime_dir) if runtime_dir is not None else _default_runtime_dir()
+    if directory is None:
+        return []
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("jpserver-") and n.endswith(".json"))
+    except OSError:
+        return []
+    found = [f for f in (_read_server_file(directory / name) for name in names) if f is not None]
+    lineage = _lineage()
+    here = _resolved(".")
+
+    def rank(f: _Found) -> tuple[int, int]:
+        if f.pid in lineage:
+            return (0, 0)
+        if here is not None and f.root_dir is not None and here.is_relative_to(f.root_dir):
+            return (1, -len(f.root_dir.parts))
+        return (2, 0)
+
+    return [f.server for f in sorted(found, key=rank)]
+
+
+def _default_runtime_dir() -> Path | None:
+    connection = connection_file()
+    if connection is not None:
+        return Path(connection).resolve().parent
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+    except ImportError:  # torch without Jupyter, e.g. the CLI run from source on a GPU box
+        return None
+    return Path(jupyter_runtime_dir())
+
+
+def _read_server_file(path: Path) -> _Found | None:
+    """A live server's file of this user; None for anything else (gone, planted, stale, odd)."""
+    try:
+        info = json.loads(read_own_file(path, MAX_SERVER_FILE_BYTES))
+    except (OSError, RefusedFile, ValueError, RecursionError):
+        return None
+    if not isinstance(info, dict):
+        return None
+    pid, url, token, root = info.get("pid"), info.get("url"), info.get("token"), info.get("root_dir")
+    if not (_alive(pid) and isinstance(url, str)):
+        return None
+    try:
+        server = server_at(url, token if isinstance(token, str) and token else os.environ.get("JUPYTERHUB_API_TOKEN"))
+    except ValueError:  # e.g. a server on a UNIX socket
+        return None
+    return _Found(server, pid, _resolved(root) if isinstance(root, str) and root else None)
+
+
+def _alive(pid: Any) -> bool:
+    """A running process of this user: a server killed hard leaves its file behind, and its PID
+    (and port) may since have gone to someone else's process."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        return psutil.Process(pid).uids().effective == os.geteuid()
+    except (OverflowError, psutil.Error):
+        return False
+
+
+def _resolved(path: str) -> Path | None:
+    try:
+        return Path(path).resolve()
+    except (OSError, ValueError, RuntimeError):  # a deleted working directory, a NUL, a link loop
+        return None
+
+
+def _lineage() -> set[int]:
+    """This process and its ancestors."""
+    me = psutil.Process()
+    try:
+        return {me.pid, *(p.pid for p in me.parents())}
+    except psutil.Error:
+        return {me.pid}
