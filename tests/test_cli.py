@@ -364,6 +364,49 @@ def test_allreduce_runs_ranks_through_torch_distributed_elastic():
     assert result.bus_bandwidth_gbps == pytest.approx(result.algorithm_bandwidth_gbps)  # 2(n-1)/n = 1
 
 
+PLANTED = "import pathlib\npathlib.Path({marker!r}).write_text('ran as you')\nraise SystemExit(1)\n"
+
+
+def test_allreduce_ranks_ignore_modules_planted_in_the_working_directory(tmp_path, monkeypatch):
+    """`jupyter gpu preflight` run from /tmp: spawned ranks put their working directory first on
+    sys.path, and another user's multiprocessing/ there ran as the caller."""
+    pytest.importorskip("torch")
+    import multiprocessing  # noqa: F401 -- imported before the chdir, as the CLI has by then
+
+    from jupyter_gpu.cli.allreduce import measure
+
+    marker = tmp_path / "marker"
+    (tmp_path / "shared" / "multiprocessing").mkdir(parents=True)
+    (tmp_path / "shared" / "multiprocessing" / "__init__.py").write_text(PLANTED.format(marker=str(marker)))
+    monkeypatch.chdir(tmp_path / "shared")
+    result = measure(2, backend="gloo", size_bytes=1 << 10, iterations=1, warmup=0, timeout_s=60)
+    assert not marker.exists()
+    assert result.ok, result.error
+    assert os.getcwd() == str(tmp_path / "shared")
+
+
+def test_the_rendezvous_key_cannot_be_guessed(monkeypatch):
+    """torch's TCPStore listens on every interface without auth and torch unpickles the
+    rendezvous state stored under torch.rendezvous.<run_id>: the run id must be unguessable."""
+    pytest.importorskip("torch")
+    import torch.distributed.launcher.api as launcher
+
+    from jupyter_gpu.cli.allreduce import measure
+
+    run_ids = []
+
+    def capture(config, entrypoint):
+        run_ids.append(config.run_id)
+        raise RuntimeError("not launched")
+
+    monkeypatch.setattr(launcher, "elastic_launch", capture)
+    for _ in range(2):
+        assert "not launched" in measure(2, backend="gloo").error
+    random_parts = [run_id.rsplit("-", 1)[1] for run_id in run_ids]
+    assert all(len(part) == 32 and int(part, 16) >= 0 for part in random_parts)  # 128 bits
+    assert random_parts[0] != random_parts[1]
+
+
 def _gpu(index: int, errors: dict[str, float | None]) -> dict:
     from jupyter_gpu.cli.preflight import DTYPES
 

@@ -413,6 +413,19 @@ def test_diagnosing_never_asks_cuda_in_this_process(monkeypatch):
     assert not torch.cuda.is_initialized()
 
 
+def test_the_torch_probe_ignores_modules_planted_in_the_working_directory(tmp_path, monkeypatch):
+    """`jupyter gpu doctor` run from /tmp: the probe's `python -c` put the working directory first
+    on sys.path, and another user's json.py there ran as the caller."""
+    marker = tmp_path / "marker"
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "json.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran as you')\nraise SystemExit(0)\n")
+    monkeypatch.chdir(tmp_path / "shared")
+    info = read_torch(dict(__import__("os").environ))
+    assert not marker.exists()
+    assert info.source == "subprocess" and info.runtime_error is None
+
+
 def test_probe_failure_is_reported_not_raised(tmp_path):
     pytest.importorskip("torch")  # imported here: build facts come from this process, runtime from the child
     info = read_torch({}, python=str(tmp_path / "no-python"))

@@ -108,7 +108,9 @@ def measure(nproc: int, *, backend: str = "nccl", size_bytes: int = 256 * 2**20,
             min_nodes=1,
             max_nodes=1,
             nproc_per_node=nproc,
-            run_id=f"jupyter_gpu-preflight-{uuid.uuid4().hex[:8]}",
+            # The rendezvous key in the TCPStore, which listens on every interface without auth,
+            # and whose value torch unpickles: 128 random bits, so that nobody can guess it.
+            run_id=f"jupyter_gpu-preflight-{uuid.uuid4().hex}",
             rdzv_backend="c10d",
             rdzv_endpoint="localhost:0",
             rdzv_configs={"timeout": int(timeout_s)},
@@ -117,11 +119,18 @@ def measure(nproc: int, *, backend: str = "nccl", size_bytes: int = 256 * 2**20,
             start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
         )
+        # Spawned ranks start with the working directory first on sys.path: started in a
+        # directory another user can write (/tmp, a shared course folder), a planted
+        # multiprocessing/ would run as us. They start in this private directory instead.
+        caller = os.getcwd()
+        os.chdir(logs)
         try:
             ranks = elastic_launch(config, rank_main)(backend, size_bytes, iterations, warmup, timeout_s)
         except Exception as error:  # ChildFailedError, or a rendezvous that never completed
             result.error = _failure_message(error)
             return result
+        finally:
+            os.chdir(caller)
     wrong = sorted(r["rank"] for r in ranks.values() if not r["correct"])
     if wrong:
         result.error = f"wrong sum on rank(s) {', '.join(map(str, wrong))}: the GPUs or their links corrupt data"

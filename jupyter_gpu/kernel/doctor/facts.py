@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
@@ -86,14 +87,18 @@ class Facts:
 def _child_facts(env: Mapping[str, str], python: str) -> dict[str, Any]:
     """Run probe.py in a fresh interpreter with the given environment."""
     code = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+    # `python -c` puts its working directory first on sys.path: started in a directory another
+    # user can write (/tmp, a shared course folder), a json.py planted there would run as us.
     try:
-        done = subprocess.run(
-            [python, "-c", code, probe.__file__],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-        )
+        with tempfile.TemporaryDirectory(prefix="jupyter_gpu-doctor-") as private:
+            done = subprocess.run(
+                [python, "-c", code, probe.__file__],
+                env=dict(env),
+                cwd=private,
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+            )
     except (OSError, subprocess.TimeoutExpired) as error:
         return {"runtime_error": f"the torch probe did not finish: {error}"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
