@@ -80,7 +80,7 @@ class Server:
             raise ServerError(f"{url} sent more than {format_bytes(max_bytes)}: refused")
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ServerError(f"{url} did not answer with JSON") from None
         if not isinstance(data, dict):
             raise ServerError(f"{url} answered with unexpected JSON")

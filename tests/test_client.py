@@ -220,6 +220,18 @@ def test_a_reply_over_the_bound_is_refused_in_one_line(answering):
     assert one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices sent more than 16.00 MiB: refused"
 
 
+def test_json_nested_past_the_recursion_limit_is_one_line(answering):
+    def nested(handler) -> None:
+        handler.send_response(200)
+        handler.end_headers()
+        handler.wfile.write(b"[" * 100_000 + b"]" * 100_000)
+
+    url = answering(nested)
+    done = cli("status", "--url", url)
+    assert done.returncode == 1
+    assert one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices did not answer with JSON"
+
+
 def test_a_server_that_never_answers_costs_the_timeout():
     with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts: the kernel completes the handshake
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/"

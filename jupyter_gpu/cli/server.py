@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import Server, ServerError, discover, server_at
+from ..client import TIMEOUT, Server, ServerError, discover, server_at
 from .common import EXIT_USAGE, CliError
 
 DISCOVERY_LIMIT = 5  # stale server files pile up; never try them all
 
 
-def get(server: Server, route: str, timeout: float = 5.0) -> dict[str, Any]:
+def get(server: Server, route: str, timeout: float = TIMEOUT) -> dict[str, Any]:
     """GET ``{url}api/gpu/<route>`` as JSON; ``CliError`` with the fix when it fails."""
     try:
         return server.get("api/gpu/" + route, timeout=timeout)
