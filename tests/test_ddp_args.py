@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
 from jupyter_gpu.kernel.ddp import args
+from jupyter_gpu.kernel.ddp.channel import SECRET_ENV
 from jupyter_gpu.kernel.ddp.magics import DDPMagics, register
 
 
@@ -34,7 +36,14 @@ def test_everything_given() -> None:
     assert cell == args.CellOptions(push=("model", "cfg"), return_name="out", timeout=30, output=None)
 
 
-def test_multi_node() -> None:
+def test_multi_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    with pytest.raises(UsageError, match=SECRET_ENV):  # commands would cross the network unsigned
+        launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
+    monkeypatch.setenv(SECRET_ENV, "short")
+    with pytest.raises(UsageError, match=SECRET_ENV):
+        launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
+    monkeypatch.setenv(SECRET_ENV, "0123456789abcdef0123")
     options, _ = launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
     assert (options.nnodes, options.rdzv_endpoint, options.node_rank) == (2, "node0:29400", None)
     options, _ = launch("-n 4 --nnodes 2 --node-rank 1 --rdzv-endpoint node0:29400")
@@ -64,6 +73,13 @@ def test_script_arguments_are_left_alone() -> None:
     "-n 2 --push a,class",
     "-n 2 --return a.b",
     "-n 2 --timeout 0",
+    "-n 2 --timeout nan",
+    "-n 2 --timeout inf",
+    "-n 2 --timeout -inf",
+    "-n 2 --timeout 1e12",
+    "-n 130",
+    "-n 100000",
+    "-n 2 --push '",
     "-n 2 --output 2",
     "-n 2 --output 0,-1",
     "-n 2 --start-method fork",
@@ -72,6 +88,29 @@ def test_script_arguments_are_left_alone() -> None:
 def test_bad_arguments(line: str) -> None:
     with pytest.raises(UsageError):
         launch(line)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("line", ["-n 130", "-n 100000", "-n 2 --timeout nan", "-n 2 --timeout inf"])
+def test_absurd_launches_are_refused_at_once_leaving_nothing(ip, line: str) -> None:  # type: ignore[no-untyped-def]
+    """-n 130 used to leak ~280 fds and end in 'too many fds'; -n 100000 ran 15 s and took 2 GB."""
+    import psutil
+
+    fds, children = _open_fds(), psutil.Process().children(recursive=True)
+    started = time.monotonic()
+    with pytest.raises(UsageError) as refused:
+        ip.run_cell_magic("ddp_launch", line, "x = 1")
+    assert time.monotonic() - started < 5  # argument checking, not a launch that failed
+    assert "\n" not in str(refused.value)
+    assert _open_fds() == fds and psutil.Process().children(recursive=True) == children
+
+
+def test_the_rank_limit_says_why(ip) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match=r"at most \d+ ranks per node"):
+        ip.run_cell_magic("ddp_launch", f"-n {args.max_ranks() + 1}", "x = 1")
 
 
 def test_names() -> None:

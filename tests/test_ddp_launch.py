@@ -1,6 +1,7 @@
 """``%%ddp_launch`` in a real kernel on CPU with gloo: output, results, errors, teardown."""
 from __future__ import annotations
 
+import secrets
 import socket
 import textwrap
 import time
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from jupyter_gpu.kernel.ddp.channel import SECRET_ENV
 
 from _ddp_kernel import (  # noqa: F401 - ddp_kernel is a fixture
     Cell, Kernel, ddp_kernel, helper_processes, no_ranks_left, rank_processes, wait_gone)
@@ -194,6 +197,9 @@ def _free_port() -> int:
 def test_two_kernels_as_two_nodes(ddp_kernel: Kernel, other_kernel: Kernel) -> None:
     """Multi-node through a c10d endpoint (both 'nodes' on this host), and static --node-rank."""
     kernels = (ddp_kernel, other_kernel)
+    secret = secrets.token_hex(16)
+    for kernel in kernels:  # the secret the nodes share, as a user exports it on every node
+        kernel.run(f"%env {SECRET_ENV}={secret}")
     for how in ("", "--node-rank {i}"):
         endpoint = f"localhost:{_free_port()}"
         done = run_together({

@@ -107,6 +107,22 @@ def test_timeout_interrupts_the_cell(session: Kernel) -> None:
     assert session.run("%%ddp\nprint('next')\n").stdout == "next\n"
 
 
+def test_a_cell_that_ignores_the_interrupt_still_returns_at_its_timeout(session: Kernel) -> None:
+    """The grace before giving up on the ranks is part of --timeout (5 s used to return after 8)."""
+    started = time.monotonic()
+    cell = session.run(textwrap.dedent("""\
+        %%ddp --timeout 4
+        import signal, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        time.sleep(60)
+        """), timeout=30)
+    elapsed = time.monotonic() - started
+    assert cell.error is not None and "timed out after 4 s" in cell.traceback
+    assert "did not respond" in cell.traceback and "%ddp_restart" in cell.traceback
+    assert elapsed < 4 + 1.5, f"returned after {elapsed:.1f} s"
+    assert session.run("%ddp_restart").error is None
+
+
 def test_a_second_start_is_refused(session: Kernel) -> None:
     assert session.run("%ddp_start -n 2").stderr.startswith("UsageError: DDP ranks are already running")
 

@@ -17,10 +17,11 @@ from typing import Any, Callable, Iterator
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cellexec import run_source
 from .extension import unregister_magics
+from .magic_args import parse as parse_args
 
 SCALER_NAME = "amp_scaler"
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -162,7 +163,7 @@ class AmpMagics(Magics):
         with either dtype. An existing user variable of that name is left alone.
         """
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
-        args = parse_argstring(self.amp, line)
+        args = parse_args(self.amp, line)
         if cell is None:
             return self._line(args)
         if args.state:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 # gpu_memory (NVML, psutil, urllib) is imported when a report is made, not at %load_ext.
@@ -20,6 +20,7 @@ from ..analysis.fragmentation import (
     format_bytes,
 )
 from .extension import unregister_magics
+from .magic_args import parse as parse_args
 from .segment_map import segment_map_svg
 from .torch_state import nvml_uuid, torch_in_use
 
@@ -218,7 +219,7 @@ class GpuMemMagics(Magics):
 
         Never initialises CUDA: before your code has used CUDA it says so.
         """
-        args = parse_argstring(self.gpu_mem, line)
+        args = parse_args(self.gpu_mem, line)
         torch = torch_in_use()
         if torch is None:
             show(no_cuda_report())

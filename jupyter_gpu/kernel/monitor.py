@@ -19,11 +19,12 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..analysis.fragmentation import format_bytes
 from .extension import unregister_magics
+from .magic_args import parse as parse_args
 from .torch_state import nvml_uuid, torch_in_use
 
 MIN_INTERVAL = 0.1  # NVML answers in microseconds, but each update is a message per widget
@@ -223,7 +224,7 @@ class MonitorMagics(Magics):
         when you clear or re-run its output, press Stop, run ``%gpu_monitor --stop``, or the
         kernel shuts down. Without a usable GPU it says why and starts nothing.
         """
-        args = parse_argstring(self.gpu_monitor, line)
+        args = parse_args(self.gpu_monitor, line)
         if args.stop:
             count = len(_monitors)
             _stop_all("stopped by %gpu_monitor --stop")

@@ -18,12 +18,13 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from .cellexec import run_source
 from .doctor import no_gpu_reason
 from .extension import unregister_magics
+from .magic_args import parse as parse_args
 
 # Warmth belongs to the process (CUDA state is per process), not to one extension load.
 _first_warmup_ms: dict[int, float] = {}
@@ -273,7 +274,7 @@ class WarmupMagics(Magics):
         After a warm-up CUDA is initialised in this kernel, as after any CUDA call.
         """
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
-        args = parse_argstring(self.gpu_warmup, line)
+        args = parse_args(self.gpu_warmup, line)
         if args.repeat < 1:
             raise UsageError("--repeat must be 1 or more.")
         reason = no_gpu_reason()

@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import argparse
 import keyword
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import argument, parse_argstring
+from IPython.core.magic_arguments import argument
+
+from .. import magic_args
+from .channel import SECRET_ENV, shared_secret
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 BACKENDS = ("auto", "nccl", "gloo")
 AMP_DTYPES = ("bf16", "fp16")
 START_METHODS = ("forkserver", "spawn")
+# Ranks per node: the biggest GPU nodes have 8-16 GPUs, and the forkserver hands each new rank
+# every open pipe of its peers in one message (~120 ranks make "too many fds"). A CPU-only gang
+# gets one rank per core; more only oversubscribe it.
+MAX_RANKS_PER_NODE = 64
+# A week: longer is no timeout at all, and inf/nan would make the cell never return.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,12 @@ cell_arguments = _bundle(
 
 def parse(func: Callable[..., Any], line: str) -> argparse.Namespace:
     """Parse ``line`` with the parser ``magic_arguments`` attached to ``func``."""
-    return parse_argstring(func, line)
+    return magic_args.parse(func, line)
+
+
+def max_ranks() -> int:
+    """The most ranks one node may start: one per CPU core (at least 8), at most 64."""
+    return min(MAX_RANKS_PER_NODE, max(8, os.cpu_count() or 1))
 
 
 def _int_list(text: str, what: str) -> tuple[int, ...]:
@@ -121,6 +136,11 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         raise UsageError("give the number of ranks with -n N (or the GPUs with --gpus 0,1)")
     if nproc < 1:
         raise UsageError(f"-n must be at least 1, got {nproc}")
+    if nproc > max_ranks():
+        raise UsageError(
+            f"-n {nproc}: at most {max_ranks()} ranks per node here (one per CPU core, at least 8, "
+            f"never more than {MAX_RANKS_PER_NODE}: each rank is a process with its own torch); "
+            "use more nodes for more ranks")
     if gpus is not None and nproc > len(gpus):
         raise UsageError(f"-n {nproc} needs {nproc} GPUs but --gpus lists {len(gpus)}")
     if ns.nnodes < 1:
@@ -131,6 +151,11 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         raise UsageError(f"--node-rank must be in 0..{ns.nnodes - 1}, got {ns.node_rank}")
     if ns.node_rank is not None and ns.rdzv_endpoint is None:
         raise UsageError("--node-rank needs --rdzv-endpoint host:port of node 0")
+    if ns.rdzv_endpoint is not None and shared_secret() is None:
+        raise UsageError(
+            f"--rdzv-endpoint needs {SECRET_ENV}: the same random value (16+ characters) in the "
+            "environment of every node's kernel, which signs the commands and replies that cross "
+            "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'")
     return WorkerOptions(
         nproc=nproc,
         backend=ns.backend,
@@ -155,8 +180,9 @@ def cell_options(ns: argparse.Namespace, world_size: int, default_return: str | 
         too_big = [r for r in output if r >= world_size]
         if too_big:
             raise UsageError(f"--output lists rank {too_big[0]} but there are {world_size} ranks")
-    if ns.timeout is not None and ns.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {ns.timeout}")
+    if ns.timeout is not None and not (0 < ns.timeout <= MAX_TIMEOUT_S):  # also refuses nan
+        raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT_S:g} "
+                         f"(a week), got {ns.timeout}")
     return_name = ns.return_name if ns.return_name is not None else default_return
     return CellOptions(
         push=push,

@@ -1,13 +1,17 @@
 """The ranks of one launch or session on this node: rendezvous, processes, commands, teardown.
 
-Built on the public layers of ``torch.distributed.elastic`` rather than ``elastic_launch`` /
+Built on the public layers of ``torch.distributed`` rather than ``elastic_launch`` /
 ``LocalElasticAgent``: the agent's ``run()`` blocks until the workers exit (no persistent
 workers), polls and tears down on its own schedule (the research measured 14 s until a failure
 reached the caller) and installs signal handlers for the whole run. Here:
 
-* ``rendezvous.get_rendezvous_handler`` does the c10d rendezvous (``localhost:0`` on one node, so
-  launches never share a port; a user endpoint, or a static one with ``--node-rank``, across
-  nodes) and yields the ``TCPStore`` the ranks bootstrap from, which also carries commands;
+* on one node the kernel hosts the ranks' ``TCPStore`` itself, on a socket it bound to loopback
+  (torch's own store and rendezvous bind every interface), and gloo and NCCL are told to use the
+  loopback interface too: nothing of a single-node launch listens beyond this machine. Across
+  nodes ``rendezvous.get_rendezvous_handler`` does torch's c10d (or static) rendezvous at the
+  user's endpoint and yields the store the ranks bootstrap from;
+* the store carries commands and replies, every one signed (``channel.Channel``), because any
+  local user can connect to a loopback port;
 * ``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
   kernel), redirects their output to per-rank files and records error files;
 * this module polls the store and the processes every few milliseconds, so a failure is seen as
@@ -19,9 +23,9 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import pickle
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -33,6 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import protocol
 from .args import WorkerOptions
+from .channel import Channel, new_secret, shared_secret
 from .output import LogPump, tail
 from .protocol import Command, Reply
 
@@ -49,6 +54,26 @@ _FORKSERVER_PRELOAD = [
     "cloudpickle",
     "jupyter_gpu.kernel.ddp.worker",
 ]
+
+
+def loopback_interface() -> str:
+    """The network interface that holds 127.0.0.1 (``lo`` almost everywhere), for gloo and NCCL."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
+def loopback_store() -> Any:
+    """A ``TCPStore`` server that listens on 127.0.0.1 only (torch's own binds every interface)."""
+    import torch.distributed as dist
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                         timeout=timedelta(seconds=60), master_listen_fd=listener.detach())
 
 
 def visible_gpus() -> int:
@@ -132,6 +157,7 @@ class Collected:
     """What came back for one command, and why collecting stopped."""
 
     replies: dict[int, Reply] = field(default_factory=dict)
+    bell: int = 0  # the reply counter when the store was last searched for replies
     death: Death | None = None
     aborted: bool = False  # another node's kernel gave up on the run
     expired: bool = False  # the deadline passed first
@@ -144,12 +170,19 @@ class Gang:
     """The local ranks of one rendezvous run."""
 
     def __init__(self, options: WorkerOptions, entrypoint: Callable[..., Any] | str,
-                 args: Callable[[str], tuple[Any, ...]], env: dict[str, str] | None = None) -> None:
-        """``args(session_id)`` gives the entry point's arguments (the same for every rank);
-        ``env`` is added to every rank's environment."""
+                 args: Callable[[str, bytes], tuple[Any, ...]],
+                 env: dict[str, str] | None = None) -> None:
+        """``args(session_id, secret)`` gives the entry point's arguments (the same for every
+        rank); ``env`` is added to every rank's environment."""
         self.options = options
         self._extra_env = env or {}
         self.session = uuid.uuid4().hex[:12]
+        # Multi-node: the user's shared secret (args checked it is set); one node: a fresh one.
+        self.secret = new_secret() if self.single_node else (shared_secret() or b"")
+        self.channel: Channel | None = None
+        self._abort: Channel | None = None
+        self._started = time.time()
+        self._server: Any = None  # the single-node store this kernel hosts
         self._entrypoint = entrypoint
         self._args = args
         self.ranks: list[int] = []
@@ -158,7 +191,6 @@ class Gang:
         self.pump: LogPump | None = None
         self._handler: Any = None
         self._pcontext: Any = None
-        self._store: Any = None
         self._shared: Any = None
         self._next_seq = 1
         self._stderr: dict[int, str] = {}
@@ -167,37 +199,41 @@ class Gang:
         self.keep_logs = False  # set when an error message points at them
         self._stopped = False
 
+    @property
+    def single_node(self) -> bool:
+        """No rendezvous endpoint: everything stays on this machine's loopback."""
+        return self.options.rdzv_endpoint is None
+
     # ----------------------------------------------------------------- start
     def start(self, preset: Sequence[Command] = ()) -> None:
         """Rendezvous, then start the ranks; ``preset`` commands are queued before they run."""
         import torch.distributed as dist
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
 
         opts = self.options
-        if opts.node_rank is not None:
-            params = RendezvousParameters("static", opts.rdzv_endpoint or "", "jupyter_gpu",
-                                          opts.nnodes, opts.nnodes, rank=opts.node_rank)
-        else:
-            params = RendezvousParameters(
-                "c10d", opts.rdzv_endpoint or "localhost:0",
-                "jupyter_gpu" if opts.rdzv_endpoint else uuid.uuid4().hex, opts.nnodes, opts.nnodes)
-        with quiet_torch_logs():
-            self._handler = get_rendezvous_handler(params)
-            info = self._handler.next_rendezvous()
-        boot = info.bootstrap_store_info
         n = opts.nproc
-        self.ranks = [info.rank * n + i for i in range(n)]
-        self.world_size = info.world_size * n
-        tcp = dist.TCPStore(boot.master_addr, boot.master_port, is_master=False,
-                            timeout=timedelta(seconds=60))
+        if self.single_node:
+            self._server = loopback_store()
+            tcp = self._server.clone()
+            node_rank, nodes = 0, 1
+            store_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self._server.port),
+                         "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
+                         "TORCHELASTIC_USE_AGENT_STORE": "True",
+                         "GLOO_SOCKET_IFNAME": loopback_interface(),
+                         "NCCL_SOCKET_IFNAME": loopback_interface()}
+        else:
+            tcp, node_rank, nodes, store_env = self._rendezvous()
+        self.ranks = [node_rank * n + i for i in range(n)]
+        self.world_size = nodes * n
         self._shared = dist.PrefixStore(f"{protocol.KEY_PREFIX}/", tcp)
-        self._store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{self.session}/", tcp)
+        store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{self.session}/", tcp)
+        self.channel = Channel(store, self.secret, self.session, "kernel")
+        self._abort = Channel(self._shared, self.secret, "abort", "kernel")
         for cmd in preset:
             self.send(cmd)
 
-        envs = {i: self._env(i, info, boot) for i in range(n)}
+        group = {"GROUP_RANK": str(node_rank), "GROUP_WORLD_SIZE": str(nodes), **store_env}
+        envs = {i: self._env(i, group) for i in range(n)}
         self.log_dir = tempfile.mkdtemp(prefix="jupyter_gpu_ddp_")
         if opts.start_method == "forkserver" and not isinstance(self._entrypoint, str):
             use_forkserver()
@@ -205,7 +241,7 @@ class Gang:
             self._pcontext = start_processes(
                 name="ddp",
                 entrypoint=self._entrypoint,
-                args={i: self._args(self.session) for i in range(n)},
+                args={i: self._args(self.session, self.secret) for i in range(n)},
                 envs=envs,
                 logs_specs=DefaultLogsSpecs(log_dir=self.log_dir, redirects=Std.ALL, tee=Std.NONE),
                 start_method=opts.start_method,
@@ -215,25 +251,44 @@ class Gang:
                              for i in range(n)})
         self.pump.start()
 
-    def _env(self, local_rank: int, info: Any, boot: Any) -> dict[str, str]:
+    def _rendezvous(self) -> tuple[Any, int, int, dict[str, str]]:
+        """torch's rendezvous at the user's endpoint: (store client, node rank, nodes, env)."""
+        import torch.distributed as dist
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+
+        opts = self.options
+        if opts.node_rank is not None:
+            params = RendezvousParameters("static", opts.rdzv_endpoint or "", "jupyter_gpu",
+                                          opts.nnodes, opts.nnodes, rank=opts.node_rank)
+        else:
+            params = RendezvousParameters("c10d", opts.rdzv_endpoint or "", "jupyter_gpu",
+                                          opts.nnodes, opts.nnodes)
+        with quiet_torch_logs():
+            self._handler = get_rendezvous_handler(params)
+            info = self._handler.next_rendezvous()
+        boot = info.bootstrap_store_info
+        tcp = dist.TCPStore(boot.master_addr, boot.master_port, is_master=False,
+                            timeout=timedelta(seconds=60))
+        env = {"MASTER_ADDR": boot.master_addr, "MASTER_PORT": str(boot.master_port),
+               "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
+               "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store)}
+        return tcp, info.rank, info.world_size, env
+
+    def _env(self, local_rank: int, group: dict[str, str]) -> dict[str, str]:
         opts = self.options
         env = dict(os.environ)  # %env changes must reach ranks started by an older forkserver
         env.update({
             "RANK": str(self.ranks[local_rank]),
             "LOCAL_RANK": str(local_rank),
-            "GROUP_RANK": str(info.rank),
             "ROLE_RANK": str(self.ranks[local_rank]),
             "ROLE_NAME": "default",
             "LOCAL_WORLD_SIZE": str(opts.nproc),
             "WORLD_SIZE": str(self.world_size),
-            "GROUP_WORLD_SIZE": str(info.world_size),
             "ROLE_WORLD_SIZE": str(self.world_size),
-            "MASTER_ADDR": boot.master_addr,
-            "MASTER_PORT": str(boot.master_port),
             "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": "0",
-            "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
-            "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
+            **group,
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             "JUPYTER_GPU_KERNEL_PID": str(os.getpid()),
             **self._extra_env,
@@ -247,9 +302,10 @@ class Gang:
     # -------------------------------------------------------------- commands
     def send(self, cmd: Command) -> int:
         """Queue ``cmd`` for every rank; returns its sequence number."""
+        assert self.channel is not None
         seq = self._next_seq
         self._next_seq += 1
-        self._store.set(protocol.cmd_key(seq), pickle.dumps(cmd))
+        self.channel.put(protocol.cmd_key(seq), cmd)
         return seq
 
     def collect(self, seq: int, deadline: float | None = None, stop_on_error: bool = True,
@@ -262,7 +318,7 @@ class Gang:
         delay = 0.0005
         next_check = 0.0
         while len(got.replies) < len(self.ranks):
-            self._read_events(seq, got)
+            self._read_replies(seq, got)
             if len(got.replies) == len(self.ranks) or (stop_on_error and got.failures()):
                 break
             now = time.monotonic()
@@ -270,9 +326,9 @@ class Gang:
                 next_check = now + 0.05
                 got.death = self.poll_death()
                 if self.closed:
-                    self._read_events(seq, got)  # it may have reported just before dying
+                    self._read_replies(seq, got)  # it may have reported just before dying
                     break
-                if self._shared.check([protocol.ABORT_KEY]):
+                if self._aborted():
                     got.aborted = True
                     break
             if deadline is not None and now >= deadline:
@@ -282,19 +338,43 @@ class Gang:
             delay = min(delay * 1.5, 0.02)
         return got
 
-    def _read_events(self, seq: int, got: Collected) -> None:
-        """Take the replies announced so far, in the order the ranks sent them."""
-        while self._store.check([protocol.event_key(seq, len(got.replies) + 1)]):
-            rank = int(self._store.get(protocol.event_key(seq, len(got.replies) + 1)))
-            got.replies[rank] = pickle.loads(self._store.get(protocol.reply_key(seq, rank)))
+    def _read_replies(self, seq: int, got: Collected) -> None:
+        """When the doorbell rang, take the genuine replies present, in the order they were sent.
+
+        Anyone can ring it or plant a reply: a forged one is dropped (and looked at again at the
+        next ring, when the rank's own may have replaced it), so it can delay, never decide.
+        """
+        assert self.channel is not None
+        rung = self.channel.store.add(protocol.count_key(seq), 0)
+        if rung == got.bell:
+            return
+        got.bell = rung
+        found = []
+        for rank in self.ranks:
+            if rank not in got.replies:
+                reply = self.channel.take(protocol.reply_key(seq, rank))
+                if isinstance(reply, Reply) and reply.rank == rank:
+                    found.append(reply)
+        for reply in sorted(found, key=lambda r: r.sent):
+            got.replies[reply.rank] = reply
+
+    def _aborted(self) -> bool:
+        """Multi-node: another node's kernel signed an abort during this run."""
+        if self.single_node or self._abort is None:
+            return False
+        store = self._abort.store
+        if not store.check([protocol.ABORT_KEY]):
+            return False
+        return self._abort.abort_is_genuine(protocol.ABORT_KEY, store.get(protocol.ABORT_KEY),
+                                            self._started)
 
     def forget(self, seq: int) -> None:
         """Drop a finished command's keys so a long session does not grow the store."""
+        assert self.channel is not None
         keys = [protocol.cmd_key(seq), protocol.count_key(seq)]
         keys += [protocol.reply_key(seq, r) for r in self.ranks]
-        keys += [protocol.event_key(seq, k) for k in range(1, len(self.ranks) + 1)]
         for key in keys:
-            self._store.delete_key(key)
+            self.channel.store.delete_key(key)
 
     # ------------------------------------------------------------ processes
     def pids(self) -> dict[int, int]:
@@ -342,9 +422,9 @@ class Gang:
 
     def abort_others(self) -> None:
         """Tell other nodes' kernels (multi-node) that this node's ranks are gone."""
-        if self.options.nnodes > 1 and self._shared is not None:
+        if self.options.nnodes > 1 and self._abort is not None:
             with contextlib.suppress(Exception):
-                self._shared.set(protocol.ABORT_KEY, b"1")
+                self._abort.store.set(protocol.ABORT_KEY, self._abort.sign_abort(protocol.ABORT_KEY))
 
     def stop(self, clean: bool, timeout: float = 5.0, wait: bool = True) -> None:
         """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL.
@@ -381,5 +461,8 @@ class Gang:
         if self._handler is not None:
             with contextlib.suppress(Exception), quiet_torch_logs():
                 self._handler.shutdown()
+        # The stores stop listening once nothing holds them; IPython keeps the last traceback
+        # (and with it this gang) alive, so let go of them here rather than on collection.
+        self._handler = self._server = None
         if not self.keep_logs and self.log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -51,8 +51,8 @@ def cell_gang(options: WorkerOptions) -> Gang:
     """Ranks that run ``worker.main`` and take cells, pushes and pulls from the store."""
     from . import worker
 
-    def args(session: str) -> tuple[Any, ...]:
-        return (WorkerConfig(session, os.getpid(), options.backend, options.amp,
+    def args(session: str, secret: bytes) -> tuple[Any, ...]:
+        return (WorkerConfig(session, secret, os.getpid(), options.backend, options.amp,
                              list(sys.path), os.getcwd()),)
 
     return Gang(options, worker.main, args)
@@ -105,7 +105,7 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
     root = str(Path(__file__).resolve().parents[3])
     pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     gang = Gang(options, sys.executable,
-                lambda session: ("-u", "-m", "jupyter_gpu.kernel.ddp.script", kernel_pid,
+                lambda session, secret: ("-u", "-m", "jupyter_gpu.kernel.ddp.script", kernel_pid,
                                  script, *script_args),
                 env={"PYTHONPATH": pythonpath})
     deadline = time.monotonic() + timeout if timeout else None

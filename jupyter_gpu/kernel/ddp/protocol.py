@@ -1,11 +1,13 @@
 """What the kernel and the ranks say to each other over the c10d ``TCPStore``.
 
-The store is the one the c10d rendezvous already created (the ranks' ``MASTER_ADDR:MASTER_PORT``),
+The store is the one the ranks bootstrap their process group from (``MASTER_ADDR:MASTER_PORT``),
 so there is no extra server or socket protocol: the kernel ``set``s ``cmd/<seq>``; every rank
-``wait``s for it, runs it, ``set``s ``reply/<seq>/<rank>`` and announces itself under
-``event/<seq>/<k>`` (``k`` from ``add``), so the kernel learns of the *first* reply, typically
-a failure, without waiting for all of them. Envelopes are plain pickles of these dataclasses;
-notebook objects inside them are cloudpickled separately so one bad object can be named.
+``wait``s for it, runs it, ``set``s ``reply/<seq>/<rank>`` and rings ``replies/<seq>`` (``add``),
+so the kernel looks for replies as soon as the *first* one, typically a failure, arrives.
+Every value is signed (``channel.Channel``): the store itself is open to anyone who reaches it,
+so the doorbell is only a hint and a reply counts only when its signature holds. Envelopes are
+pickles of these dataclasses; notebook objects inside them are cloudpickled separately so one
+bad object can be named.
 """
 from __future__ import annotations
 
@@ -33,15 +35,12 @@ def count_key(seq: int) -> str:
     return f"replies/{seq}"
 
 
-def event_key(seq: int, k: int) -> str:
-    return f"event/{seq}/{k}"
-
-
 @dataclass
 class WorkerConfig:
     """Passed to every rank's entry point at start (pickled by the process launcher)."""
 
     session: str
+    secret: bytes  # signs every message of this session; travels only through the launcher
     kernel_pid: int
     backend: str
     amp: str | None
@@ -66,4 +65,5 @@ class Reply:
     value: bytes | None = None  # cloudpickle of the returned / pulled value
     error: RemoteError | None = None
     interrupted: bool = False
+    sent: float = 0.0  # time.monotonic() on the rank: replies found together are taken in this order
     info: dict[str, Any] = field(default_factory=dict)

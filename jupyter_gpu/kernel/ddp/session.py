@@ -24,9 +24,17 @@ from .protocol import Command, Reply
 # the error shows within ~2 s even when the others wait in a collective that will never end.
 FINISH_GRACE = 0.5
 FAILURE_INTERRUPT_GRACE = 1.0
-# After a user interrupt or --timeout: a rank inside a long C++ op (no Python signal handling
-# until it returns) gets longer before its session is given up.
+# After a user interrupt: a rank inside a long C++ op (no Python signal handling until it
+# returns) gets longer before its session is given up. With --timeout T this grace comes out of
+# T (at most a third of it), so the cell returns after T seconds, not T plus the grace.
 INTERRUPT_GRACE = 3.0
+
+
+def timeout_plan(timeout: float | None, now: float) -> tuple[float | None, float | None]:
+    """(when to interrupt the ranks, when to give them up) for a cell with ``--timeout``."""
+    if not timeout:
+        return None, None
+    return now + timeout - min(INTERRUPT_GRACE, timeout / 3), now + timeout
 
 
 class Session:
@@ -81,11 +89,11 @@ class Session:
         assert gang.pump is not None
         gang.pump.set_target(CellStreams(), cell.output)
         seq = gang.send(command)
-        deadline = time.monotonic() + cell.timeout if cell.timeout else None
+        interrupt_at, give_up_at = timeout_plan(cell.timeout, time.monotonic())
         got = Collected()
         interrupted = False
         try:
-            gang.collect(seq, deadline, got=got)
+            gang.collect(seq, interrupt_at, got=got)
         except KeyboardInterrupt:
             interrupted = True
         if not interrupted and not report.incomplete(got, len(gang.ranks)):
@@ -94,7 +102,8 @@ class Session:
             self.cells += command.kind == "cell"
             return got.replies
         stopping = interrupted or got.expired  # the user wants the cell stopped, not finished
-        stuck = self._settle(gang, seq, got, stopping)
+        grace_end = give_up_at if got.expired else None
+        stuck = self._settle(gang, seq, got, stopping, grace_end)
         gang.pump.drain()
         if gang.closed:
             gang.abort_others()
@@ -104,10 +113,12 @@ class Session:
             gang.forget(seq)
         raise self._error(got, gang, stuck, interrupted, cell, cell_source, label)
 
-    def _settle(self, gang: Gang, seq: int, got: Collected, stopping: bool) -> list[int]:
+    def _settle(self, gang: Gang, seq: int, got: Collected, stopping: bool,
+                grace_end: float | None) -> list[int]:
         """After a failure, interrupt or timeout, bring every rank back to idle or stop them all.
 
-        Returns the ranks that had to be stopped because they did not respond.
+        ``grace_end``: when a timed-out cell's ranks must have answered the interrupt. Returns
+        the ranks that had to be stopped because they did not respond.
         """
         if gang.closed or got.aborted:
             return []
@@ -117,7 +128,10 @@ class Session:
             running = [r for r in gang.ranks if r not in got.replies]
         if running and not gang.closed:
             gang.interrupt(running)
-            self._collect_quietly(gang, seq, got, INTERRUPT_GRACE if stopping else FAILURE_INTERRUPT_GRACE)
+            grace = INTERRUPT_GRACE if stopping else FAILURE_INTERRUPT_GRACE
+            if grace_end is not None:
+                grace = max(0.0, grace_end - time.monotonic())
+            self._collect_quietly(gang, seq, got, grace)
             running = [r for r in gang.ranks if r not in got.replies]
         if running and not gang.closed:
             gang.stop(clean=False, wait=False)

@@ -5,10 +5,11 @@ from typing import Callable
 
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..extension import unregister_magics
+from ..magic_args import parse as parse_args
 from . import diagnose
 
 
@@ -30,7 +31,7 @@ class DoctorMagics(Magics):
         kernel has already initialised CUDA, torch is asked in a short-lived child process (a few
         seconds).
         """
-        args = parse_argstring(self.gpu_doctor, line)
+        args = parse_args(self.gpu_doctor, line)
         report = diagnose(check_server=not args.no_server)
         if args.json:
             print(report.to_json())

@@ -1,0 +1,159 @@
+"""Another user on a shared machine against a live DDP session: it must not run code or decide.
+
+The attacker knows no secret. It does what one did in the security review: find the session's
+store from the ports that appear when the ranks start, connect as a plain ``TCPStore`` client,
+list the keys, plant commands and replies that run code when unpickled, and set the abort key.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from _ddp_kernel import Kernel, ddp_kernel, no_ranks_left  # noqa: F401 - ddp_kernel is a fixture
+from jupyter_gpu.kernel.ddp.channel import Channel
+
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+class Payload:
+    """A pickle that writes a file when it is loaded: proof that planted data was executed."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def listeners(pid: int, tree: bool = True) -> set[tuple[str, int]]:
+    """Every TCP listening address of ``pid`` (and its descendants: forkserver, ranks)."""
+    found = set()
+    procs = [psutil.Process(pid), *(psutil.Process(pid).children(recursive=True) if tree else [])]
+    for proc in procs:
+        try:
+            found |= {(c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+@pytest.fixture()
+def session(ddp_kernel: Kernel) -> Iterator[tuple[Kernel, set[tuple[str, int]]]]:
+    """A running ``%ddp_start -n 2`` and the kernel's listeners that appeared with it."""
+    before = listeners(ddp_kernel.pid, tree=False)
+    cell = ddp_kernel.run("%ddp_start -n 2")
+    assert cell.error is None, cell.traceback
+    yield ddp_kernel, listeners(ddp_kernel.pid, tree=False) - before
+    ddp_kernel.run("%ddp_stop")
+    assert no_ranks_left(ddp_kernel.pid)
+
+
+def test_nothing_of_a_single_node_session_listens_beyond_loopback(session) -> None:  # type: ignore[no-untyped-def]
+    kernel, new = session
+    assert new, "the session's store should be listening somewhere"
+    assert all(ip in LOOPBACK for ip, _ in listeners(kernel.pid)), listeners(kernel.pid)
+    # gloo's pairs, the ranks' own sockets: also on loopback once a collective ran
+    cell = kernel.run("%%ddp\nx = torch.ones(1)\ndist.all_reduce(x)\n")
+    assert cell.error is None, cell.traceback
+    assert all(ip in LOOPBACK for ip, _ in listeners(kernel.pid)), listeners(kernel.pid)
+
+
+def _attacker_store(ports: set[tuple[str, int]]):  # type: ignore[no-untyped-def]
+    """Connect to the port that appeared in the kernel when the ranks started (the store)."""
+    import torch.distributed as dist
+
+    for ip, port in sorted(ports):
+        try:
+            store = dist.TCPStore(ip, port, is_master=False, timeout=timedelta(seconds=2))
+            store.list_keys()
+            return store
+        except Exception:
+            continue
+    pytest.fail(f"no TCPStore among the session's new listeners {ports}")
+
+
+def test_planted_commands_replies_and_abort_run_nothing(session, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    kernel, new = session
+    store = _attacker_store(new)
+    keys = store.list_keys()
+    prefixes = {k.rsplit("/reply/", 1)[0] for k in keys if "/reply/" in k}
+    assert prefixes, keys
+    for_ranks, for_kernel = tmp_path / "ran-in-a-rank", tmp_path / "ran-in-the-kernel"
+    evil_rank, evil_kernel = pickle.dumps(Payload(for_ranks)), pickle.dumps(Payload(for_kernel))
+    for prefix in prefixes:
+        for seq in range(1, 6):
+            store.set(f"{prefix}/cmd/{seq}", evil_rank)  # a bare pickle
+            for rank in (0, 1):  # and one with a made-up tag in front, in case only length is checked
+                store.set(f"{prefix}/reply/{seq}/{rank}", b"\0" * 32 + evil_kernel)
+            store.add(f"{prefix}/replies/{seq}", 1)
+    store.set("jupyter_gpu/ddp/abort", b"1")
+
+    cell = kernel.run("%%ddp --return y --output all\ny = RANK + 41\n", timeout=60)
+    assert cell.error is None, cell.traceback
+    assert kernel.run("print(_ddp)").stdout.strip() == "{0: 41, 1: 42}"
+    assert not for_ranks.exists() and not for_kernel.exists()
+    assert "did not sign" in cell.stderr + cell.stdout  # dropped, and the user is told
+    # and the session is still the owner's: the next cell runs as well
+    cell = kernel.run("%%ddp --return y\ny = RANK\n", timeout=60)
+    assert cell.error is None, cell.traceback
+    assert kernel.run("print(_ddp)").stdout.strip() == "{0: 0, 1: 1}"
+
+
+class _DictStore:
+    """Enough of a c10d store for the channel, in memory."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+
+def test_forged_replayed_and_foreign_messages_are_not_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    store = _DictStore()
+    ours = Channel(store, b"k" * 32, "s1", "kernel")
+    ours.put("cmd/1", {"kind": "cell"})
+    assert ours.take("cmd/1") == {"kind": "cell"}
+    evil = pickle.dumps(Payload(marker))
+
+    store.set("cmd/2", evil)  # unsigned
+    assert ours.take("cmd/2") is None
+    store.set("cmd/3", store.get("cmd/1"))  # a genuine message replayed under another key
+    assert ours.take("cmd/3") is None
+    genuine = store.get("cmd/1")
+    store.set("cmd/4", genuine[:32] + evil)  # a genuine tag on another payload
+    assert ours.take("cmd/4") is None
+    theirs = Channel(store, b"x" * 32, "s1", "attacker")  # signed, with another secret
+    theirs.put("cmd/5", Payload(marker))
+    assert ours.take("cmd/5") is None
+    other_session = Channel(store, b"k" * 32, "s2", "kernel")  # same secret, other session
+    other_session.put("cmd/6", {"kind": "cell"})
+    assert ours.take("cmd/6") is None
+    assert not marker.exists()
+    assert ours.dropped == 5
+
+
+def test_abort_must_be_signed_and_recent() -> None:
+    store = _DictStore()
+    node = Channel(store, b"k" * 32, "abort", "kernel")
+    started = time.time()
+    assert node.abort_is_genuine("abort", node.sign_abort("abort"), started)
+    assert not node.abort_is_genuine("abort", b"1", started)
+    stranger = Channel(store, b"x" * 32, "abort", "attacker")
+    assert not node.abort_is_genuine("abort", stranger.sign_abort("abort"), started)
+    # an abort captured from an earlier run, replayed
+    assert not node.abort_is_genuine("abort", node.sign_abort("abort"), started + 3600)
