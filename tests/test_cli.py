@@ -385,26 +385,49 @@ def test_allreduce_ranks_ignore_modules_planted_in_the_working_directory(tmp_pat
     assert os.getcwd() == str(tmp_path / "shared")
 
 
-def test_the_rendezvous_key_cannot_be_guessed(monkeypatch):
-    """torch's TCPStore listens on every interface without auth and torch unpickles the
-    rendezvous state stored under torch.rendezvous.<run_id>: the run id must be unguessable."""
+def test_allreduce_listens_on_loopback_only():
+    """torch's own rendezvous store listens on every interface, without auth, and torch
+    unpickles what it holds: the preflight's ranks bootstrap from a loopback store instead."""
     pytest.importorskip("torch")
-    import torch.distributed.launcher.api as launcher
+    import threading
+
+    import psutil
 
     from jupyter_gpu.cli.allreduce import measure
 
-    run_ids = []
+    seen: set[str] = set()
+    done = threading.Event()
 
-    def capture(config, entrypoint):
-        run_ids.append(config.run_id)
-        raise RuntimeError("not launched")
+    def watch() -> None:  # the launcher installs signal handlers: it must run on the main thread
+        me = psutil.Process()
+        while not done.is_set():
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    seen.update(c.laddr.ip for c in proc.net_connections("inet")
+                                if c.status == psutil.CONN_LISTEN)
+                except psutil.NoSuchProcess:
+                    continue
+            done.wait(0.01)
 
-    monkeypatch.setattr(launcher, "elastic_launch", capture)
-    for _ in range(2):
-        assert "not launched" in measure(2, backend="gloo").error
-    random_parts = [run_id.rsplit("-", 1)[1] for run_id in run_ids]
-    assert all(len(part) == 32 and int(part, 16) >= 0 for part in random_parts)  # 128 bits
-    assert random_parts[0] != random_parts[1]
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = measure(2, backend="gloo", size_bytes=1 << 20, iterations=50, warmup=1, timeout_s=60)
+    finally:
+        done.set()
+        watcher.join()
+    assert result.ok, result.error
+    assert seen, "the store never showed up as a listener"
+    assert seen <= {"127.0.0.1", "::1"}, seen
+
+
+def test_a_failing_rank_is_named_with_its_error(monkeypatch):
+    pytest.importorskip("torch")
+    from jupyter_gpu.cli.allreduce import measure
+
+    result = measure(2, backend="no-such-backend", size_bytes=1 << 10, iterations=1, warmup=0, timeout_s=60)
+    assert not result.ok
+    assert result.error.startswith("rank ") and "no-such-backend" in result.error, result.error
 
 
 def _gpu(index: int, errors: dict[str, float | None]) -> dict:

@@ -1,23 +1,23 @@
 """An all-reduce across every GPU, started the way real jobs start: torch.distributed elastic.
 
-One rank per GPU, spawned (never forked) by ``elastic_launch`` with a c10d rendezvous on port 0
-(no fixed port to collide with a student's job). Each rank checks the sum once, then times a
-loop of all-reduces of the same buffer; the slowest rank's time is the collective's time.
+One rank per GPU, spawned (never forked) by the package's one launcher (``kernel.ddp.gang``),
+whose store listens on a loopback port of its own (no fixed port to collide with a student's
+job). Each rank checks the sum once, then times a loop of all-reduces of the same buffer; the slowest rank's time is the collective's time.
 Bandwidths follow nccl-tests: algorithm bandwidth = bytes / time; bus bandwidth = algorithm
 bandwidth x 2(n-1)/n, the traffic each link carries, comparable across GPU counts.
 """
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
+
+from ..kernel.ddp.gang import Gang, WorkerOptions
 
 
 @dataclass
@@ -80,57 +80,38 @@ def _synchronize(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _failure_message(error: Exception) -> str:
-    """The failing rank's own exception line, from the error file ``@record`` wrote."""
-    first = getattr(error, "get_first_failure", None)
-    if first is None:
-        return f"{type(error).__name__}: {error}"
-    rank, failure = first()
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    line = str(message).strip().splitlines()[0] if str(message).strip() else f"exit code {failure.exitcode}"
-    return f"rank {rank} failed: {line}"
-
-
 def measure(nproc: int, *, backend: str = "nccl", size_bytes: int = 256 * 2**20, iterations: int = 20,
             warmup: int = 5, timeout_s: float = 120.0) -> AllReduceResult:
-    """Launch ``nproc`` ranks on this machine and all-reduce ``size_bytes`` of float32 on each."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    """Launch ``nproc`` ranks on this machine and all-reduce ``size_bytes`` of float32 on each.
 
+    The ranks are started by the same launcher as ``%%ddp_launch`` (``Gang``): spawned, their
+    store on loopback, nothing listening beyond this machine.
+    """
     result = AllReduceResult(False, None, backend, nproc, size_bytes, iterations)
-    # elastic logs every failure and teardown itself; this command reports them once, shorter.
-    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    with tempfile.TemporaryDirectory(prefix="jupyter_gpu-preflight-") as logs:
-        config = LaunchConfig(
-            min_nodes=1,
-            max_nodes=1,
-            nproc_per_node=nproc,
-            # The rendezvous key in the TCPStore, which listens on every interface without auth,
-            # and whose value torch unpickles: 128 random bits, so that nobody can guess it.
-            run_id=f"jupyter_gpu-preflight-{uuid.uuid4().hex}",
-            rdzv_backend="c10d",
-            rdzv_endpoint="localhost:0",
-            rdzv_configs={"timeout": int(timeout_s)},
-            max_restarts=0,
-            monitor_interval=0.1,
-            start_method="spawn",
-            logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
-        )
-        # Spawned ranks start with the working directory first on sys.path: started in a
-        # directory another user can write (/tmp, a shared course folder), a planted
-        # multiprocessing/ would run as us. They start in this private directory instead.
-        caller = os.getcwd()
-        os.chdir(logs)
-        try:
-            ranks = elastic_launch(config, rank_main)(backend, size_bytes, iterations, warmup, timeout_s)
-        except Exception as error:  # ChildFailedError, or a rendezvous that never completed
-            result.error = _failure_message(error)
-            return result
-        finally:
-            os.chdir(caller)
+    gang = Gang(WorkerOptions(nproc=nproc, backend=backend, start_method="spawn"), rank_main,
+                lambda session, secret: (backend, size_bytes, iterations, warmup, timeout_s))
+    # Spawned ranks start with the working directory first on sys.path: started in a directory
+    # another user can write (/tmp, a shared course folder), a planted multiprocessing/ would
+    # run as us. They start in a private directory instead.
+    caller = os.getcwd()
+    try:
+        with tempfile.TemporaryDirectory(prefix="jupyter_gpu-preflight-") as private:
+            os.chdir(private)
+            try:
+                gang.start()
+            finally:
+                os.chdir(caller)
+            death = gang.wait_for_exit(time.monotonic() + timeout_s)
+    except TimeoutError:
+        result.error = f"the all-reduce did not finish within {timeout_s:g} s"
+        return result
+    finally:
+        gang.stop(clean=False)
+    if death is not None:
+        last = death.message.strip().splitlines()[-1:] or death.stderr_tail[-1:]
+        result.error = death.describe() + (f": {last[0].strip()}" if last else "")
+        return result
+    ranks = gang.return_values
     wrong = sorted(r["rank"] for r in ranks.values() if not r["correct"])
     if wrong:
         result.error = f"wrong sum on rank(s) {', '.join(map(str, wrong))}: the GPUs or their links corrupt data"

@@ -17,6 +17,7 @@ from IPython.core.magic_arguments import argument
 
 from .. import magic_args
 from .channel import SECRET_ENV, shared_secret
+from .gang import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,20 +30,6 @@ START_METHODS = ("forkserver", "spawn")
 MAX_RANKS_PER_NODE = 64
 # A week: longer is no timeout at all, and inf/nan would make the cell never return.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How the ranks are started: fixed for the life of a launch or a persistent session."""
-
-    nproc: int
-    backend: str = "auto"
-    gpus: tuple[int, ...] | None = None
-    amp: str | None = None
-    nnodes: int = 1
-    node_rank: int | None = None
-    rdzv_endpoint: str | None = None
-    start_method: str = "forkserver"
 
 
 @dataclass(frozen=True)

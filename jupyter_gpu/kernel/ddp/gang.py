@@ -36,7 +36,6 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
 from . import protocol
-from .args import WorkerOptions
 from .channel import Channel, new_secret, shared_secret
 from .output import LogPump, tail
 from .protocol import Command, Reply
@@ -54,6 +53,21 @@ _FORKSERVER_PRELOAD = [
     "cloudpickle",
     "jupyter_gpu.kernel.ddp.worker",
 ]
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the ranks are started: fixed for the life of a launch or a persistent session."""
+
+    nproc: int
+    backend: str = "auto"
+    gpus: tuple[int, ...] | None = None
+    amp: str | None = None
+    nnodes: int = 1
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    start_method: str = "forkserver"
+
 
 
 def loopback_interface() -> str:
@@ -196,6 +210,7 @@ class Gang:
         self._stderr: dict[int, str] = {}
         self.closed = False  # the processes are gone (or being torn down)
         self.exited_cleanly = False
+        self.return_values: dict[int, Any] = {}  # global rank -> what a function entry point returned
         self.keep_logs = False  # set when an error message points at them
         self._stopped = False
 
@@ -390,6 +405,7 @@ class Gang:
         self.closed = True
         if not result.failures:
             self.exited_cleanly = True
+            self.return_values = {self.ranks[i]: v for i, v in result.return_values.items()}
             return None
         # The first failure that is not a teardown signal of ours is the cause.
         failures = sorted(result.failures.values(),
@@ -402,6 +418,16 @@ class Gang:
             message = first.message.get("extraInfo", {}).get("py_callstack", "")
         return Death(rank, first.pid, first.exitcode, sig if sig != "<N/A>" else None,
                      message, tail(self._stderr.get(rank, "")))
+
+    def wait_for_exit(self, deadline: float | None) -> Death | None:
+        """Until every rank exited (None when all with 0), one died, or ``deadline`` passed."""
+        while True:
+            death = self.poll_death()
+            if death is not None or self.exited_cleanly:
+                return death
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            time.sleep(0.05)
 
     def death_soon(self, seconds: float = 0.1) -> Death | None:
         """A death seen within ``seconds``: the usual cause when a peer then fails in a collective."""

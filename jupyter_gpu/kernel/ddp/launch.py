@@ -10,9 +10,9 @@ from typing import Any, Mapping
 from IPython.core.error import UsageError
 
 from . import report
-from .args import CellOptions, WorkerOptions
+from .args import CellOptions
 from .errors import DDPError
-from .gang import Collected, Gang
+from .gang import Collected, Gang, WorkerOptions
 from .output import CellStreams
 from .protocol import Command, WorkerConfig
 
@@ -113,18 +113,15 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
         gang.start()
         assert gang.pump is not None
         gang.pump.set_target(target, output)
-        while True:
-            death = gang.poll_death()
-            if death is not None:
-                raise _give_up(gang, report.error_for(Collected(death=death), gang.ranks, "", "",
-                                                      None, stopped=False))
-            if gang.exited_cleanly:
-                gang.stop(clean=False)
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                gang.stop(clean=False, wait=False)
-                raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout)
-            time.sleep(0.05)
+        try:
+            death = gang.wait_for_exit(deadline)
+        except TimeoutError:
+            gang.stop(clean=False, wait=False)
+            raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout) from None
+        if death is not None:
+            raise _give_up(gang, report.error_for(Collected(death=death), gang.ranks, "", "",
+                                                  None, stopped=False))
+        gang.stop(clean=False)
     except DDPError:
         raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:

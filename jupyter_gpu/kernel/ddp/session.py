@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from . import report
-from .args import CellOptions, WorkerOptions
+from .args import CellOptions
 from .errors import DDPError, DDPInterrupted
-from .gang import Collected, Gang
+from .gang import Collected, Gang, WorkerOptions
 from .launch import cell_gang, check_syntax
 from .output import CellStreams
 from .protocol import Command, Reply
