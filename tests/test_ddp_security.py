@@ -65,7 +65,7 @@ def test_nothing_of_a_single_node_session_listens_beyond_loopback(session) -> No
     assert all(ip in LOOPBACK for ip, _ in listeners(kernel.pid)), listeners(kernel.pid)
 
 
-def _attacker_store(ports: set[tuple[str, int]]):  # type: ignore[no-untyped-def]
+def attacker_store(ports: set[tuple[str, int]]):  # type: ignore[no-untyped-def]
     """Connect to the port that appeared in the kernel when the ranks started (the store)."""
     import torch.distributed as dist
 
@@ -79,26 +79,30 @@ def _attacker_store(ports: set[tuple[str, int]]):  # type: ignore[no-untyped-def
     pytest.fail(f"no TCPStore among the session's new listeners {ports}")
 
 
-def test_planted_commands_replies_and_abort_run_nothing(session, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    kernel, new = session
-    store = _attacker_store(new)
+def plant(store, payload: Payload, seqs: range) -> None:  # type: ignore[no-untyped-def]
+    """Commands for the ranks and replies for the kernel that run code when unpickled, and an abort."""
     keys = store.list_keys()
     prefixes = {k.rsplit("/reply/", 1)[0] for k in keys if "/reply/" in k}
     assert prefixes, keys
-    for_ranks, for_kernel = tmp_path / "ran-in-a-rank", tmp_path / "ran-in-the-kernel"
-    evil_rank, evil_kernel = pickle.dumps(Payload(for_ranks)), pickle.dumps(Payload(for_kernel))
+    evil = pickle.dumps(payload)
     for prefix in prefixes:
-        for seq in range(1, 6):
-            store.set(f"{prefix}/cmd/{seq}", evil_rank)  # a bare pickle
-            for rank in (0, 1):  # and one with a made-up tag in front, in case only length is checked
-                store.set(f"{prefix}/reply/{seq}/{rank}", b"\0" * 32 + evil_kernel)
+        for seq in seqs:
+            store.set(f"{prefix}/cmd/{seq}", evil)  # a bare pickle
+            for rank in (0, 1):  # and one behind a made-up tag, in case only a length is checked
+                store.set(f"{prefix}/reply/{seq}/{rank}", b"\0" * 32 + evil)
             store.add(f"{prefix}/replies/{seq}", 1)
     store.set("jupyter_gpu/ddp/abort", b"1")
+
+
+def test_planted_commands_replies_and_abort_run_nothing(session, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    kernel, new = session
+    marker = tmp_path / "ran"
+    plant(attacker_store(new), Payload(marker), range(1, 6))
 
     cell = kernel.run("%%ddp --return y --output all\ny = RANK + 41\n", timeout=60)
     assert cell.error is None, cell.traceback
     assert kernel.run("print(_ddp)").stdout.strip() == "{0: 41, 1: 42}"
-    assert not for_ranks.exists() and not for_kernel.exists()
+    assert not marker.exists()
     assert "did not sign" in cell.stderr + cell.stdout  # dropped, and the user is told
     # and the session is still the owner's: the next cell runs as well
     cell = kernel.run("%%ddp --return y\ny = RANK\n", timeout=60)

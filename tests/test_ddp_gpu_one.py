@@ -1,0 +1,71 @@
+"""The DDP channel with NCCL on one GPU (run on the GPU machine): works after the kernel used
+CUDA, listens on loopback only (NCCL's bootstrap included) and runs nothing a stranger plants."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from _ddp_kernel import Kernel, no_ranks_left
+from test_ddp_security import LOOPBACK, Payload, attacker_store, listeners, plant
+
+
+def _a_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.device_count() >= 1
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _a_gpu(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def gpu_kernel() -> Iterator[Kernel]:
+    """A kernel that used CUDA before any launch, its forkserver started only afterwards."""
+    kernel = Kernel(JUPYTER_GPU_DDP_PRESTART="0")
+    cell = kernel.run("import torch\ntorch.zeros(1, device='cuda')\nprint(torch.cuda.is_initialized())")
+    assert cell.stdout.strip() == "True", cell.traceback
+    yield kernel
+    kernel.close()
+
+
+def test_nccl_launch_returns_the_rank_result(gpu_kernel: Kernel) -> None:
+    cell = gpu_kernel.run(textwrap.dedent("""\
+        %%ddp_launch -n 1 --output all
+        x = torch.full((4,), 2.0, device=device)
+        dist.all_reduce(x)
+        print(dist.get_backend(), device)
+        _result = x
+        """))
+    assert cell.error is None, cell.traceback
+    assert cell.stdout.strip() == "[rank 0] nccl cuda:0"
+    values = gpu_kernel.run("print(_ddp[0].device.type, _ddp[0].tolist())").stdout
+    assert values.strip() == "cpu [2.0, 2.0, 2.0, 2.0]"
+
+
+def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(gpu_kernel: Kernel,
+                                                                        tmp_path: Path) -> None:
+    before = listeners(gpu_kernel.pid, tree=False)
+    assert gpu_kernel.run("%ddp_start -n 1").error is None
+    try:
+        new = listeners(gpu_kernel.pid, tree=False) - before
+        cell = gpu_kernel.run("%%ddp --return n\nx = torch.ones(1, device=device)\n"
+                              "dist.all_reduce(x)\nn = (dist.get_backend(), x.item())\n")
+        assert cell.error is None, cell.traceback
+        assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: ('nccl', 1.0)}"
+        everything = listeners(gpu_kernel.pid)
+        assert everything and all(ip in LOOPBACK for ip, _ in everything), everything
+
+        marker = tmp_path / "ran"
+        plant(attacker_store(new), Payload(marker), range(1, 8))
+        cell = gpu_kernel.run("%%ddp --return n\nn = torch.cuda.memory_allocated(device) >= 0\n", timeout=60)
+        assert cell.error is None, cell.traceback
+        assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: True}"
+        assert not marker.exists()
+    finally:
+        gpu_kernel.run("%ddp_stop")
+    assert no_ranks_left(gpu_kernel.pid)
