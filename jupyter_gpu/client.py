@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import psutil
 
-from .analysis.fragmentation import format_bytes
+from .analysis.units import format_bytes
 from .runtime_dir import RefusedFile, connection_file, read_own_file
 
 TIMEOUT = 5.0

@@ -285,7 +285,7 @@ def test_status_finds_the_running_server_and_lists_notebooks(server):
 
     text = cli("status", env=server["env"]).stdout
     assert text.startswith(f"GPUs from {server['url']}, SIMULATED readings; driver 580.159.04, CUDA 13.0")
-    assert "NVIDIA H200" in text and "140.40 GiB" in text
+    assert "NVIDIA H200" in text and "140 GiB" in text
     assert "course/week1.ipynb" in text and "not reported (%load_ext jupyter_gpu in it)" in text
     assert "not visible from here" in text
 
@@ -462,7 +462,7 @@ def test_preflight_verdict_names_each_problem():
     report = {"ok": False, "verdict": "NOT READY: ...", "torch": "2.11.0", "cuda": "13.0",
               "gpus": [gpus[1], _gpu(2, {**good, "tf32": None, "bf16": None})], "all_reduce": ar}
     lines = render(report).splitlines()
-    assert lines[1].startswith("GPU 1  NVIDIA H200  sm_90  149.0 of 150.0 GiB free  matmul fp64 fp32 tf32 fp16 bf16:WRONG")
+    assert lines[1].startswith("GPU 1  NVIDIA H200  sm_90  149 GiB free of 150 GiB  matmul fp64 fp32 tf32 fp16 bf16:WRONG")
     assert lines[1].endswith("worst error 9.0e-01 (bf16)  FAIL")
     assert "(no tf32, bf16 on this GPU)" in lines[2] and lines[2].endswith("PASS")
     assert lines[3] == ("all-reduce across 2 GPUs (NCCL 2.27.5): 256 MiB in 1.400 ms: "

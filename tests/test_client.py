@@ -217,7 +217,7 @@ def test_a_reply_over_the_bound_is_refused_in_one_line(answering):
     url = answering(flood)
     done = cli("status", "--url", url)
     assert done.returncode == 1
-    assert one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices sent more than 16.00 MiB: refused"
+    assert one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices sent more than 16.0 MiB: refused"
 
 
 def test_json_nested_past_the_recursion_limit_is_one_line(answering):

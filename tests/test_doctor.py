@@ -311,7 +311,7 @@ def test_small_or_missing_dev_shm():
     facts = healthy()
     facts.shm = ShmInfo(64 << 20, 64 << 20)  # Docker's default
     got = check(evaluate(facts), "shm")
-    assert got.status is Status.WARN and "only 64 MiB" in got.summary and "--shm-size" in got.fix
+    assert got.status is Status.WARN and "only 64.0 MiB" in got.summary and "--shm-size" in got.fix
     facts.shm = None
     assert check(evaluate(facts), "shm").status is Status.WARN
 

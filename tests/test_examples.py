@@ -89,7 +89,7 @@ def check_out_of_memory(nb: nbformat.NotebookNode, gpu: bool) -> None:
         assert text(fill).startswith("No GPU: nothing to fill.")
         recorded = text(cell(nb, "from jupyter_gpu.kernel.oom import explain"))
         assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in recorded
-        assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 139.80 GiB." in recorded
+        assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 140 GiB." in recorded
         assert "has not initialised CUDA" in text(cell(nb, "%gpu_mem"))
 
 

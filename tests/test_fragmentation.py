@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpu.analysis.fragmentation import (
-    MiB,
     advise,
     allocator_figures,
     expandable_segments_configured,
-    format_bytes,
     summarize_snapshot,
 )
 from jupyter_gpu.analysis.oom_message import parse_oom_message
+from jupyter_gpu.analysis.units import MiB, format_bytes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -160,13 +159,6 @@ def test_small_fragmentation_gives_no_advice() -> None:
 )
 def test_expandable_segments_configured(environ: dict, expected: bool) -> None:
     assert expandable_segments_configured(environ) is expected
-
-
-def test_format_bytes() -> None:
-    assert format_bytes(None) == "n/a"
-    assert format_bytes(512) == "512 B"
-    assert format_bytes(38 * MiB) == "38.00 MiB"
-    assert format_bytes(RESERVED) == "2.49 GiB"
 
 
 # The exact text torch 2.11 printed on an H200 (research/memory-warmup-nvml.md §A.1).

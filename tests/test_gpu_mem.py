@@ -113,20 +113,20 @@ def test_report(ip, nvml, monkeypatch, other_process) -> None:
     text = _gpu_mem(ip)["text/plain"]
     assert f"GPU 0: NVIDIA H200 (GPU-{UUID0})" in text
     # NVML: whole GPU, this kernel split into cache and the rest, the other process by command.
-    assert "3.00 GiB  used of 140.40 GiB" in text
-    assert "2.99 GiB  2.49 GiB PyTorch cache + 518.00 MiB outside it" in text
-    assert "100.00 GiB  1 process(es)" in text
+    assert "3.00 GiB  used of 140 GiB" in text
+    assert "2.99 GiB  2.49 GiB PyTorch cache + 518 MiB outside it" in text
+    assert "100 GiB  1 process(es)" in text
     assert f"pid {other_process.pid}: {sys.executable} -c import time" in text
 
     # Allocator, from the fixture.
-    assert "1.17 GiB  in live tensors (1.15 GiB requested, 19.79 MiB rounding waste)" in text
-    assert "381.18 MiB  fragmentation 15.0% of reserved" in text
-    assert "964.00 MiB  empty_cache() would return it" in text
-    assert "22.00 MiB  large pool; small pool 1.08 MiB; 144 segments" in text
+    assert "1.17 GiB  in live tensors (1.15 GiB requested, 19.8 MiB rounding waste)" in text
+    assert "381 MiB  fragmentation 15.0% of reserved" in text
+    assert "964 MiB  empty_cache() would return it" in text
+    assert "22.0 MiB  large pool; small pool 1.08 MiB; 144 segments" in text
     # Advice: expandable segments, empty_cache, and the process holding most of the GPU.
     assert "expandable_segments:True" in text
-    assert "torch.cuda.empty_cache() would return 964.00 MiB" in text
-    assert "Other processes hold 100.00 GiB" in text
+    assert "torch.cuda.empty_cache() would return 964 MiB" in text
+    assert "Other processes hold 100 GiB" in text
     assert cuda.calls["mem_get_info"] == 0  # NVML answers; no extra CUDA calls
 
 
@@ -161,7 +161,7 @@ def test_snapshot_map(ip, nvml, monkeypatch) -> None:
     svg = data["text/html"][data["text/html"].index("<svg"):]
     assert svg.count("<rect") > 400
     assert "large pool: 143 segments" in svg and "small pool: 1 segment," in svg
-    assert "free, stranded (fragmentation) 381.18 MiB" in svg
+    assert "free, stranded (fragmentation) 381 MiB" in svg
     assert "<svg" not in _gpu_mem(ip)["text/html"]
 
 
@@ -206,9 +206,9 @@ def test_oom_explained_under_the_traceback(ip, nvml, monkeypatch, other_process)
     explanation_at = out.index("jupyter_gpu: why CUDA ran out of memory on GPU 0")
     assert traceback_at < explanation_at
     explanation = out[explanation_at:]
-    assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 139.80 GiB." in explanation
-    assert "1.17 GiB in live tensors, 1.31 GiB cached but unallocated, of which 381.18 MiB is stranded, fragmentation 15%" in explanation
-    assert "Other processes hold 100.00 GiB of this GPU:" in explanation
+    assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 140 GiB." in explanation
+    assert "1.17 GiB in live tensors, 1.31 GiB cached but unallocated, of which 381 MiB is stranded, fragmentation 15%" in explanation
+    assert "Other processes hold 100 GiB of this GPU:" in explanation
     assert f"pid {other_process.pid}:" in explanation
     assert "expandable_segments:True" in explanation
 
@@ -298,9 +298,9 @@ def jupyter_server(tmp_path, monkeypatch, other_process):
 def test_other_kernels_named_by_notebook(ip, nvml, monkeypatch, jupyter_server) -> None:
     install(monkeypatch, FakeCuda())
     out = _run(ip, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")
-    assert "100.00 GiB  notebook work/train.ipynb" in out
+    assert "100 GiB  notebook work/train.ipynb" in out
     assert jupyter_server == ["token secret"]
-    assert "100.00 GiB  notebook work/train.ipynb" in _gpu_mem(ip)["text/plain"]
+    assert "100 GiB  notebook work/train.ipynb" in _gpu_mem(ip)["text/plain"]
 
 
 def test_unreachable_server_falls_back_quickly(tmp_path, monkeypatch) -> None:

@@ -80,7 +80,7 @@ async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp,
     message = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 3.00 GiB is free."
     out, error = await execute(kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})", order)
     assert "OutOfMemoryError" in error and message in error
-    assert "Asked for 20.00 GiB; the GPU had 3.00 GiB free of 139.80 GiB." in out
+    assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in out
     assert order == ["error", "stream"]
 
 

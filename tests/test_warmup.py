@@ -86,7 +86,7 @@ def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(
     assert first.title == "cuda:0 Fake GPU"
     assert [s.name for s in first.steps] == ["context", "matmul bf16 (cuBLAS)", "attention"]
     assert first.steps[1].error == "RuntimeError: no kernel image is available for execution on the device"
-    assert first.notes == ["allocator cache 64 MiB"]
+    assert first.notes == ["allocator cache 64.0 MiB"]
     second = warmup.warm_device(fake_cuda(), 0)
     assert second.notes[-1].startswith("already warm: the first warm-up in this process took ")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .units import MiB, format_bytes
+
 POOLS: tuple[str, ...] = ("large", "small")
 ALLOCATED = "active_allocated"
 # The C++ snapshot says "active_pending_free"; torch's docstring says "active_awaiting_free".
@@ -20,10 +22,8 @@ INACTIVE = "inactive"
 
 # Expandable segments map physical memory in pages of this size per pool (allocator note
 # "Expandable Segments"); only whole free pages can be unmapped by empty_cache().
-EXPANDABLE_PAGE_BYTES: Mapping[str, int] = {"small": 2 * 1024**2, "large": 20 * 1024**2}
+EXPANDABLE_PAGE_BYTES: Mapping[str, int] = {"small": 2 * MiB, "large": 20 * MiB}
 
-MiB = 1024**2
-GiB = 1024**3
 # Below this much, advice about returning or rearranging memory is noise on any modern GPU.
 WORTH_BYTES = 256 * MiB
 # Share of reserved memory stranded in split segments from which expandable segments pay off.
@@ -222,18 +222,6 @@ class Advice:
     kind: str
     message: str
     bytes: int | None = None
-
-
-def format_bytes(n: int | float | None) -> str:
-    """Binary units like torch's own messages, e.g. ``38.00 MiB``."""
-    if n is None:
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} TiB"
 
 
 def advise(

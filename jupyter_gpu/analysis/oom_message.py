@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .fragmentation import GiB, MiB
+from .units import GiB, KiB, MiB
 
 _SIZE = r"([0-9.]+) ?(B|bytes|KiB|MiB|GiB|TiB)"
-_UNITS = {"B": 1, "bytes": 1, "KiB": 1024, "MiB": MiB, "GiB": GiB, "TiB": 1024 * GiB}
+_UNITS = {"B": 1, "bytes": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": 1024 * GiB}
 
 
 @dataclass(frozen=True)

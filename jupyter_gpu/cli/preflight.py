@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.units import format_bytes
 from ..kernel.doctor import no_gpu_reason
 from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print_json
 
@@ -128,7 +129,7 @@ def render(report: dict[str, Any]) -> str:
         if g["capability"]:
             head += f"  sm_{g['capability'].replace('.', '')}"
         if g["memory_total_bytes"] is not None:
-            head += f"  {g['memory_free_bytes'] / 2**30:.1f} of {g['memory_total_bytes'] / 2**30:.1f} GiB free"
+            head += f"  {format_bytes(g['memory_free_bytes'])} free of {format_bytes(g['memory_total_bytes'])}"
         if g["error"]:
             lines.append(f"{head}  FAIL  {g['error']}")
             continue
@@ -145,7 +146,7 @@ def render(report: dict[str, Any]) -> str:
         if ar["nccl_version"]:
             head += f" (NCCL {ar['nccl_version']})"
         if ar["ok"]:
-            lines.append(f"{head}: {ar['size_bytes'] / 2**20:.0f} MiB in {ar['seconds'] * 1e3:.3f} ms: "
+            lines.append(f"{head}: {format_bytes(ar['size_bytes'])} in {ar['seconds'] * 1e3:.3f} ms: "
                          f"algorithm bandwidth {ar['algorithm_bandwidth_gbps']:.1f} GB/s, "
                          f"bus bandwidth {ar['bus_bandwidth_gbps']:.1f} GB/s")
         else:

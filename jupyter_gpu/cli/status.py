@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from ..analysis.fragmentation import format_bytes
+from ..analysis.units import format_bytes, format_bytes_of
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
 from .server import Server, find_server, get, server_from_url
 
@@ -155,7 +155,7 @@ def _gpu_row(gpu: dict[str, Any]) -> list[str]:
         str(gpu["index"]),
         gpu.get("name") or "",
         _value(gpu.get("utilization_gpu_percent"), "%"),
-        f"{format_bytes(used)} / {format_bytes(total)}{share}",
+        f"{format_bytes_of(used, total)}{share}",
         _value(gpu.get("temperature_celsius"), "C"),
         _value(gpu.get("power_watts"), "W") + ("" if limit is None else f" / {limit:.0f} W"),
     ]

@@ -19,6 +19,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..analysis.units import format_bytes
 from .cellexec import run_source
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
@@ -122,8 +123,9 @@ def amp_scope(settings: AmpSettings) -> Iterator[None]:
         yield
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:+,.0f} MiB"
+def _change(n: int) -> str:
+    """A change in memory, signed: "+1.50 GiB"."""
+    return f"{'+' if n >= 0 else ''}{format_bytes(n)}"
 
 
 def _cuda_memory(torch: Any) -> tuple[int, int]:
@@ -187,7 +189,7 @@ class AmpMagics(Magics):
         summary = f"amp: {settings.describe()}, {elapsed * 1e3:,.1f} ms"
         if on_cuda:
             after = _cuda_memory(torch)
-            summary += f", allocated {_mib(after[0] - before[0])}, peak {_mib(after[1] - before[1])}"
+            summary += f", allocated {_change(after[0] - before[0])}, peak {_change(after[1] - before[1])}"
         print(summary)
         return result
 

@@ -13,12 +13,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 # gpu_memory (NVML, psutil, urllib) is imported when a report is made, not at %load_ext.
-from ..analysis.fragmentation import (
-    AllocatorFigures,
-    advise,
-    expandable_segments_configured,
-    format_bytes,
-)
+from ..analysis.fragmentation import AllocatorFigures, advise, expandable_segments_configured
+from ..analysis.units import format_bytes
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
 from .segment_map import segment_map_svg

@@ -22,7 +22,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..analysis.fragmentation import format_bytes
+from ..analysis.units import format_bytes, format_bytes_of
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
 from .torch_state import nvml_uuid, torch_in_use
@@ -58,7 +58,7 @@ class GpuRow:
         self.util.tooltip = unsupported.get("utilization_gpu_percent", f"GPU {self.index} utilisation")
         used, total = values.get("memory_used_bytes"), values.get("memory_total_bytes")
         self.memory.value = used / total if used is not None and total else 0
-        self.memory_text.value = f"{format_bytes(used)} / {format_bytes(total)}"
+        self.memory_text.value = format_bytes_of(used, total)
         self.memory.bar_style = "danger" if self.memory.value > 0.95 else ""
 
     def lost(self, error: str) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from ..analysis.fragmentation import advise, expandable_segments_configured, format_bytes
+from ..analysis.fragmentation import advise, expandable_segments_configured
 from ..analysis.oom_message import parse_oom_message
+from ..analysis.units import format_bytes
 from .torch_state import nvml_uuid, torch_in_use
 
 MAX_HOLDERS = 5

@@ -10,7 +10,8 @@ import html
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..analysis.fragmentation import ALLOCATED, INACTIVE, PENDING_FREE, POOLS, format_bytes, free_block_parts
+from ..analysis.fragmentation import ALLOCATED, INACTIVE, PENDING_FREE, POOLS, free_block_parts
+from ..analysis.units import format_bytes
 
 # kind -> (colour, legend text)
 KINDS: Mapping[str, tuple[str, str]] = {

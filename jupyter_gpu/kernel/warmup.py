@@ -21,6 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
+from ..analysis.units import format_bytes
 from .cellexec import run_source
 from .doctor import no_gpu_reason
 from .extension import unregister_magics
@@ -196,9 +197,9 @@ def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = Fals
     section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
     reserved = torch.cuda.memory_reserved(index)
     used = _process_memory(torch, index)
-    memory = f"allocator cache {reserved / 2**20:,.0f} MiB"
+    memory = f"allocator cache {format_bytes(reserved)}"
     if used is not None:
-        memory += f"; this process holds {used / 2**20:,.0f} MiB on the GPU (CUDA context included)"
+        memory += f"; this process holds {format_bytes(used)} on the GPU (CUDA context included)"
     section.notes.append(memory)
     first = _first_warmup_ms.get(index)
     if first is None:

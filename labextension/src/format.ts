@@ -5,8 +5,11 @@
 /** `binary`: KiB/MiB/GiB (powers of 1024, as nvidia-smi reports); `decimal`: kB/MB/GB. */
 export type MemoryUnits = 'binary' | 'decimal';
 
-const BINARY = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-const DECIMAL = ['B', 'kB', 'MB', 'GB', 'TB', 'PB'];
+const NAMES: Record<MemoryUnits, string[]> = {
+  binary: ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'],
+  decimal: ['B', 'kB', 'MB', 'GB', 'TB', 'PB']
+};
+const BASE: Record<MemoryUnits, number> = { binary: 1024, decimal: 1000 };
 
 /** Placeholder for a reading that is missing (not yet sampled). */
 export const MISSING = '—';
@@ -15,35 +18,50 @@ function isNumber(x: number | null | undefined): x is number {
   return typeof x === 'number' && isFinite(x);
 }
 
-/** Significant-figure rounding that keeps 3 figures: 1.23, 12.3, 123. */
+/**
+ * Three significant figures: 1.23, 12.3, 123; 0 stays "0". Decimals are chosen after rounding,
+ * so 9.999 is "10.0". `toFixed` rounds halves away from zero, as the Python twin
+ * (`jupyter_gpu/analysis/units.py`) does on purpose.
+ */
 function threeFigures(x: number): string {
   if (x === 0) {
     return '0';
   }
-  const abs = Math.abs(x);
-  if (abs >= 100) {
-    return x.toFixed(0);
+  for (const [digits, limit] of [
+    [2, 10],
+    [1, 100]
+  ]) {
+    const text = x.toFixed(digits);
+    if (Math.abs(Number(text)) < limit) {
+      return text;
+    }
   }
-  if (abs >= 10) {
-    return x.toFixed(1);
-  }
-  return x.toFixed(2);
+  return x.toFixed(0);
 }
 
-/** Pick the unit for `bytes` so that the number is below 1000 (or 1024). */
+/** `x` bytes as a number in the unit `divisor`: whole bytes, else three figures. */
+function scaled(x: number, divisor: number): string {
+  return divisor === 1 ? x.toFixed(0) : threeFigures(x / divisor);
+}
+
+/**
+ * The unit that prints `bytes` as a number below 1000 ("0.98 MiB", never "1004 KiB"), in the
+ * style every surface of jupyter_gpu shares; `tests/fixtures/byte_formats.json` pins it.
+ */
 export function byteUnit(
   bytes: number,
   units: MemoryUnits = 'binary'
 ): { divisor: number; unit: string } {
-  const base = units === 'binary' ? 1024 : 1000;
-  const names = units === 'binary' ? BINARY : DECIMAL;
+  const names = NAMES[units];
+  const abs = Math.abs(bytes);
   let i = 0;
-  let abs = Math.abs(bytes);
-  while (abs >= base && i < names.length - 1) {
-    abs /= base;
+  while (
+    i < names.length - 1 &&
+    Number(scaled(abs, Math.pow(BASE[units], i))) >= 1000
+  ) {
     i++;
   }
-  return { divisor: Math.pow(base, i), unit: names[i] };
+  return { divisor: Math.pow(BASE[units], i), unit: names[i] };
 }
 
 export function formatBytes(
@@ -54,10 +72,7 @@ export function formatBytes(
     return MISSING;
   }
   const { divisor, unit } = byteUnit(bytes, units);
-  if (divisor === 1) {
-    return `${bytes.toFixed(0)} ${unit}`;
-  }
-  return `${threeFigures(bytes / divisor)} ${unit}`;
+  return `${bytes < 0 ? '-' : ''}${scaled(Math.abs(bytes), divisor)} ${unit}`;
 }
 
 /**
@@ -72,17 +87,12 @@ export function formatBytesOf(
     return formatBytes(used, units);
   }
   const { divisor, unit } = byteUnit(total, units);
-  const t = divisor === 1 ? total.toFixed(0) : threeFigures(total / divisor);
+  const of = `${scaled(total, divisor)} ${unit}`;
   if (isNumber(used) && used > 0 && used < divisor / 100) {
     // too small to show in the total's unit ("0.00 / 140 GiB"): give its own
-    return `${formatBytes(used, units)} / ${t} ${unit}`;
+    return `${formatBytes(used, units)} / ${of}`;
   }
-  const u = isNumber(used)
-    ? divisor === 1
-      ? used.toFixed(0)
-      : threeFigures(used / divisor)
-    : MISSING;
-  return `${u} / ${t} ${unit}`;
+  return `${isNumber(used) ? scaled(used, divisor) : MISSING} / ${of}`;
 }
 
 export function formatRate(

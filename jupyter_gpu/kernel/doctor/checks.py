@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterable
 
+from ...analysis.units import format_bytes
 from .facts import Facts, TorchInfo
 from .nvmlinfo import NvmlDevice
 
@@ -546,10 +547,6 @@ def check_module_loading(f: Facts) -> Check | None:
                  fix="Unset CUDA_MODULE_LOADING (lazy loading is the default), then restart the kernel.")
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
 def check_shm(f: Facts) -> Check:
     title = "/dev/shm"
     fix = ("Give the container more: `docker run --shm-size=8g` (or `--ipc=host`); on Kubernetes mount an "
@@ -560,12 +557,12 @@ def check_shm(f: Facts) -> Check:
     total, free = f.shm.total_bytes, f.shm.free_bytes
     if total < SHM_MIN_BYTES:
         return Check("shm", title, Status.WARN,
-                     f"/dev/shm is only {_size(total)}: DataLoader workers die with a 'bus error' "
+                     f"/dev/shm is only {format_bytes(total)}: DataLoader workers die with a 'bus error' "
                      "(insufficient shared memory) once batches outgrow it", fix=fix)
     if free < SHM_MIN_BYTES // 4:
-        return Check("shm", title, Status.WARN, f"/dev/shm is nearly full: {_size(free)} free of {_size(total)}",
+        return Check("shm", title, Status.WARN, f"/dev/shm is nearly full: {format_bytes(free)} free of {format_bytes(total)}",
                      fix="Remove stale files in /dev/shm (crashed workers leave them behind).")
-    return Check("shm", title, Status.OK, f"{_size(total)} ({_size(free)} free)")
+    return Check("shm", title, Status.OK, f"{format_bytes(total)} ({format_bytes(free)} free)")
 
 
 def check_nvml_package(f: Facts) -> Check:

@@ -1,4 +1,6 @@
 import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 
 import {
@@ -16,18 +18,38 @@ import {
 
 const GiB = 1024 ** 3;
 
+/** The table the Python formatter (jupyter_gpu/analysis/units.py) is tested against too. */
+const TABLE: {
+  bytes: [number, string][];
+  bytes_of: [number, number | null, string][];
+} = JSON.parse(
+  readFileSync(
+    // compiled to lib-test/__tests__/, three levels below the repository root
+    join(__dirname, '..', '..', '..', 'tests', 'fixtures', 'byte_formats.json'),
+    'utf-8'
+  )
+);
+
 describe('formatBytes', () => {
-  it('uses binary units by default, three significant figures', () => {
-    assert.equal(formatBytes(0), '0 B');
-    assert.equal(formatBytes(512), '512 B');
-    assert.equal(formatBytes(1536), '1.50 KiB');
-    assert.equal(formatBytes(30.1 * GiB), '30.1 GiB');
-    assert.equal(formatBytes(143771 * 1024 ** 2), '140 GiB');
+  it('prints the shared table exactly as the Python side does', () => {
+    for (const [bytes, text] of TABLE.bytes) {
+      assert.equal(formatBytes(bytes), text, `${bytes} bytes`);
+    }
+    for (const [used, total, text] of TABLE.bytes_of) {
+      assert.equal(formatBytesOf(used, total), text, `${used} of ${total}`);
+    }
+  });
+
+  it('keeps the number below 1000 and rounds before choosing decimals', () => {
+    assert.equal(formatBytes(1021 * 1024), '1.00 MiB');
+    assert.equal(formatRate(1021 * 1024), '1.00 MiB/s');
+    assert.equal(formatBytes(9.999 * GiB), '10.0 GiB');
   });
 
   it('uses powers of 1000 for decimal units', () => {
     assert.equal(formatBytes(1500, 'decimal'), '1.50 kB');
     assert.equal(formatBytes(150e9, 'decimal'), '150 GB');
+    assert.equal(formatBytes(999.6e6, 'decimal'), '1.00 GB');
   });
 
   it('shows missing readings as a dash', () => {

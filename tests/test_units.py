@@ -1,0 +1,27 @@
+"""Bytes print alike everywhere: the table in fixtures/byte_formats.json is also the frontend's
+(labextension/src/__tests__/format.test.ts reads it), so Python and TypeScript cannot drift."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpu.analysis.units import format_bytes, format_bytes_of
+
+TABLE = json.loads((Path(__file__).parent / "fixtures" / "byte_formats.json").read_text())
+
+
+@pytest.mark.parametrize(("n", "text"), TABLE["bytes"])
+def test_bytes(n, text):
+    assert format_bytes(n) == text
+
+
+@pytest.mark.parametrize(("used", "total", "text"), TABLE["bytes_of"])
+def test_used_of_total(used, total, text):
+    assert format_bytes_of(used, total) == text
+
+
+def test_unknown_figures():
+    assert format_bytes(None) == format_bytes(float("nan")) == "n/a"
+    assert format_bytes_of(None, 140 * 2**30) == "n/a / 140 GiB"
