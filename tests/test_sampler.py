@@ -9,7 +9,7 @@ from conftest import READINGS
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 from jupyter_gpu.server.attribution import KernelRef, attribute
-from jupyter_gpu.server.processes import ProcessMeta
+from jupyter_gpu.nvml.processes import ProcessMeta
 from jupyter_gpu.server.sampler import Sampler
 
 

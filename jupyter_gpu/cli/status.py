@@ -38,7 +38,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def from_nvml() -> dict[str, Any]:
     """Read this machine's GPUs directly (no notebook attribution: only a server knows kernels)."""
     from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
-    from ..server.processes import describe
+    from ..nvml.processes import describe
 
     status = _empty("nvml", None, simulated=False)
     reader = NvmlReader()

@@ -17,7 +17,7 @@ from ..analysis.fragmentation import AllocatorFigures, allocator_figures, summar
 from ..client import ServerError, discover
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.simulated import SimulatedNVML
-from ..server.processes import ProcessMeta, describe
+from ..nvml.processes import ProcessMeta, describe
 from .torch_state import snapshot_segments
 
 # Tests swap in jupyter_gpu.nvml.simulated; everywhere else this is the real pynvml module.

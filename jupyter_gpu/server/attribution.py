@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .processes import ProcessMeta
+from ..nvml.processes import ProcessMeta
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
-from .processes import ProcessMeta, ProcessTable
+from ..nvml.processes import ProcessMeta, ProcessTable
 
 SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 

@@ -1,7 +1,7 @@
 """Who a GPU process is: its ancestors, owner and command line (psutil adapter).
 
-Called from the sampler thread for each new PID only; results are cached for the life of the
-process, so a steady state costs no system calls.
+The facts behind every PID that NVML lists, for the server's sampler (``ProcessTable`` caches
+them per PID, so a steady state costs no system calls), ``%gpu_mem`` and ``jupyter gpu status``.
 """
 from __future__ import annotations
 
