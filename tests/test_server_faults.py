@@ -52,11 +52,12 @@ async def test_driver_unloaded_mid_run_then_back(jp_fetch, gpu_monitor, caplog):
         return body if not body["available"] else None
 
     body = await wait_for(down)
+    assert body["state"] == "unavailable"
     assert "not loaded" in body["reason"] and "modprobe" in body["reason"]
     assert body["latest"] is None
     for route in ("devices", "kernels"):
         other = await get(jp_fetch, route)
-        assert other["available"] is False and "not loaded" in other["reason"]
+        assert other["state"] == "unavailable" and "not loaded" in other["reason"]
     nvml.clear_faults()
 
     async def up():
@@ -121,14 +122,14 @@ class TestNoDriver:
     @pytest.mark.parametrize("route", ["devices", "telemetry", "kernels"])
     async def test_every_route_answers_with_an_actionable_reason(self, jp_fetch, gpu_monitor, route, caplog):
         body = await wait_for(lambda: _settled(get(jp_fetch, route)))
-        assert body["available"] is False
+        assert body["state"] == "unavailable"
         assert "No NVIDIA driver found" in body["reason"] and "Install the NVIDIA driver" in body["reason"]
         no_tracebacks(caplog)
 
 
 async def _settled(coro):
     body = await coro
-    return body if body["reason"] and "not started" not in body["reason"] else None
+    return body if body["state"] != "starting" else None
 
 
 class TestRealNvmlWithoutGpu:
@@ -149,6 +150,7 @@ class TestRealNvmlWithoutGpu:
         body = await wait_for(lambda: _settled(get(jp_fetch, "devices")))
         assert body == {
             "available": False,
+            "state": "unavailable",
             "reason": body["reason"],
             "simulated": False,
             "driver_version": None,

@@ -151,6 +151,7 @@ async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_
     mine = await wait_for(published, timeout=15)
     assert mine["path"] == "lesson.ipynb"
     assert mine["allocator"]["cuda_in_use"] is False and mine["allocator"]["devices"] == []
+    assert mine["allocator_state"] == "no_cuda" and "not initialised CUDA" in mine["allocator_reason"]
     assert mine["allocator"]["pid"] == kernel.provisioner.pid
     # the agent looked at torch without initialising CUDA
     assert (await run_cell(kernel, "print(torch.cuda.is_initialized())")).strip() == "False"
@@ -161,4 +162,5 @@ async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_
         mine = next(k for k in body["kernels"] if k["id"] == kernel_id)
         return mine if mine["allocator"] is None else None
 
-    assert "not loaded" in (await wait_for(withdrawn, timeout=10))["allocator_reason"]
+    mine = await wait_for(withdrawn, timeout=10)
+    assert mine["allocator_state"] == "no_stats" and "not loaded" in mine["allocator_reason"]

@@ -58,11 +58,13 @@ async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
         publish(gpu_monitor, bad[field], stats_doc(gpu_monitor, bad[field], [{**_device(), field: value}]))
 
     kernels, metrics = await kernels_and_metrics(jp_fetch)
+    assert kernels[good]["allocator_state"] == "ok" and kernels[good]["allocator_reason"] is None
     assert kernels[good]["allocator"]["devices"][0]["allocated_bytes"] == _device()["allocated_bytes"]
     assert any(line.startswith("jupyter_gpu_kernel_allocator_allocated_bytes{") and f'uuid="{UUID0}"' in line
                for line in allocator_series(metrics, good))
     for field, kernel_id in bad.items():
         assert kernels[kernel_id]["allocator"] is None
+        assert kernels[kernel_id]["allocator_state"] == "malformed"
         assert field in kernels[kernel_id]["allocator_reason"]
         assert allocator_series(metrics, kernel_id) == []
 
@@ -72,7 +74,7 @@ async def test_a_device_listed_twice_is_refused(jp_fetch, gpu_monitor):
     twice = await start_notebook_kernel(jp_fetch, "twice.ipynb")
     publish(gpu_monitor, twice, stats_doc(gpu_monitor, twice, [_device(), _device()]))
     kernels, metrics = await kernels_and_metrics(jp_fetch)
-    assert kernels[twice]["allocator"] is None
+    assert kernels[twice]["allocator"] is None and kernels[twice]["allocator_state"] == "malformed"
     assert kernels[twice]["allocator_reason"] == "stats file is malformed: device 0 is listed twice"
     assert allocator_series(metrics, twice) == []
     series = [line.rsplit(" ", 1)[0] for line in metrics.splitlines() if line and not line.startswith("#")]
@@ -90,11 +92,11 @@ async def test_planted_files_are_ignored(jp_fetch, gpu_monitor, tmp_path):
         os.chown(publish(gpu_monitor, foreign, stats_doc(gpu_monitor, foreign, [_device()])), 65534, 65534)
 
     kernels, metrics = await kernels_and_metrics(jp_fetch)
-    assert kernels[linked]["allocator"] is None
+    assert kernels[linked]["allocator"] is None and kernels[linked]["allocator_state"] == "refused"
     assert kernels[linked]["allocator_reason"] == "stats file is a symlink"
     assert allocator_series(metrics, linked) == []
     if foreign is None:
         pytest.skip("the file of another user needs root to be made")
-    assert kernels[foreign]["allocator"] is None
+    assert kernels[foreign]["allocator"] is None and kernels[foreign]["allocator_state"] == "refused"
     assert kernels[foreign]["allocator_reason"] == "stats file belongs to another user"
     assert allocator_series(metrics, foreign) == []

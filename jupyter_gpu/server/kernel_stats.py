@@ -5,13 +5,15 @@ so every file is checked: ``runtime_dir.read_own_file`` (no symlink, no FIFO, a 
 of this user that nobody else can write, at most ``MAX_BYTES``), the schema of
 ``analysis.stats_file`` (bounded numbers), the kernel id of its name, a recent timestamp and a
 live PID. A refused file yields ``None`` and a reason; this never raises and never blocks.
+The reason is a sentence for people that carries an ``AllocatorState`` for programs, so
+that no client has to parse the sentence.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import psutil
 
@@ -21,25 +23,60 @@ from ..runtime_dir import RefusedFile, read_own_file
 # The agent writes every second; a file this old belongs to a hung or dead kernel.
 DEFAULT_MAX_AGE = 10.0
 
+# The API's `allocator_state` (kernels.schema.json lists the same values): "ok" has figures;
+# "no_cuda" a file saying PyTorch has not initialised CUDA; the others no usable file.
+AllocatorState = Literal["ok", "no_cuda", "no_stats", "refused", "malformed", "stale"]
+NO_CUDA = "PyTorch has not initialised CUDA in this kernel"
+
+
+class Refusal(str):
+    """Why a kernel's stats file was not used: the sentence, with its ``state`` for programs.
+
+    A ``str`` so that ``read_kernel_stats`` keeps its ``(stats, reason)`` shape for its callers.
+    """
+
+    state: AllocatorState
+
+    def __new__(cls, state: AllocatorState, text: str) -> "Refusal":
+        refusal = super().__new__(cls, text)
+        refusal.state = state
+        return refusal
+
 
 class KernelStats(NamedTuple):
     """``stats`` is the validated file plus ``age_seconds``; otherwise ``reason`` says why not."""
 
     stats: dict[str, Any] | None
-    reason: str | None
+    reason: Refusal | None
+
+    def api_fields(self) -> dict[str, Any]:
+        """The kernel's ``allocator``, ``allocator_state`` and ``allocator_reason`` in the API."""
+        state: AllocatorState
+        if self.reason is not None:
+            state, reason = self.reason.state, str(self.reason)
+        elif self.stats is not None and self.stats["cuda_in_use"]:
+            state, reason = "ok", None
+        else:
+            state, reason = "no_cuda", NO_CUDA
+        return {"allocator": self.stats, "allocator_state": state, "allocator_reason": reason}
 
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number")
 
 
-def _read(path: str) -> tuple[bytes | None, str | None]:
+def _refused(state: AllocatorState, text: str) -> KernelStats:
+    return KernelStats(None, Refusal(state, text))
+
+
+def _read(path: str) -> bytes | KernelStats:
+    """The file's bytes, or the refusal to read it."""
     try:
-        return read_own_file(path, MAX_BYTES), None
+        return read_own_file(path, MAX_BYTES)
     except FileNotFoundError:
-        return None, "no stats file: jupyter_gpu is not loaded in this kernel"
+        return _refused("no_stats", "no stats file: jupyter_gpu is not loaded in this kernel")
     except RefusedFile as error:
-        return None, f"stats file {error}"
+        return _refused("refused", f"stats file {error}")
 
 
 def read_kernel_stats(
@@ -57,27 +94,27 @@ def read_kernel_stats(
     try:
         name = file_name(kernel_id)
     except ValueError:
-        return KernelStats(None, "not a valid kernel id")
-    data, reason = _read(os.path.join(os.fspath(runtime_dir), name))
-    if data is None:
-        return KernelStats(None, reason)
+        return _refused("refused", "not a valid kernel id")
+    data = _read(os.path.join(os.fspath(runtime_dir), name))
+    if isinstance(data, KernelStats):
+        return data
     try:
         doc = json.loads(data, parse_constant=_reject_constant)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
-        return KernelStats(None, "stats file is not valid JSON (truncated or corrupt)")
+        return _refused("malformed", "stats file is not valid JSON (truncated or corrupt)")
     clean, reason = validate(doc, kernel_id)
     if clean is None:
-        return KernelStats(None, f"stats file is malformed: {reason}")
+        return _refused("malformed", f"stats file is malformed: {reason}")
     age = (time.time() if now is None else now) - clean["time"]
     if age > max_age:
-        return KernelStats(None, f"stats file is stale: written {age:.0f} s ago")
+        return _refused("stale", f"stats file is stale: written {age:.0f} s ago")
     if age < -max_age:
-        return KernelStats(None, "stats file is dated in the future")
+        return _refused("malformed", "stats file is dated in the future")
     try:
         alive = pid_alive(clean["pid"])
     except Exception:
         alive = False
     if not alive:
-        return KernelStats(None, f"stats file is stale: process {clean['pid']} is gone")
+        return _refused("stale", f"stats file is stale: process {clean['pid']} is gone")
     clean["age_seconds"] = max(0.0, age)
     return KernelStats(clean, None)

@@ -14,8 +14,9 @@ import psutil
 from jupyter_core.utils import ensure_async
 
 from .attribution import KernelRef, attribute
-from .kernel_stats import read_kernel_stats
+from .kernel_stats import KernelStats, read_kernel_stats
 from .sampler import Sampler
+from .telemetry import header
 
 
 def _kernel_pid(kernel: Any) -> int | None:
@@ -53,7 +54,7 @@ class KernelView:
             )
         return refs
 
-    def allocator_stats(self, refs: list[KernelRef]) -> dict[str, tuple[dict | None, str | None]]:
+    def allocator_stats(self, refs: list[KernelRef]) -> dict[str, KernelStats]:
         """Each kernel's stats file; blocking file I/O, so called on a worker thread."""
         runtime_dir = self.kernel_manager.connection_dir
         result = {}
@@ -77,7 +78,7 @@ class KernelView:
             show_all_users=self.show_all_users,
         )
         for kernel in view["kernels"]:
-            kernel["allocator"], kernel["allocator_reason"] = stats[kernel["id"]]
-        payload = {"available": status.available, "reason": status.reason, **view}
+            kernel.update(stats[kernel["id"]].api_fields())
+        payload = {**header(status), **view}
         self.last = payload
         return payload

@@ -12,12 +12,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.processes import ProcessMeta, ProcessTable
 
 SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+# What the API's `state` says about NVML (common.schema.json's nvml_state lists the same values).
+NvmlState = Literal["starting", "ok", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,16 @@ class Sample:
 
 @dataclass
 class Status:
-    available: bool = False
+    """Whether NVML works: ``state`` for programs, ``reason`` (None when ok) for people."""
+
+    state: NvmlState = "starting"
     reason: str | None = "GPU sampling has not started yet."
     system: dict[str, Any] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return self.state == "ok"
 
 
 class Sampler:
@@ -156,10 +164,10 @@ class Sampler:
             if reason != self._status.reason:
                 self.log.info("jupyter_gpu: no usable GPU: %s", reason)
             with self._lock:
-                self._status = Status(False, reason)
+                self._status = Status("unavailable", reason)
             return False
         with self._lock:
-            self._status = Status(True, None, system, devices)
+            self._status = Status("ok", None, system, devices)
         self.log.info("jupyter_gpu: sampling %d GPU(s) every %ss", len(devices), self.interval)
         return True
 
@@ -172,7 +180,7 @@ class Sampler:
         except NvmlUnavailable as error:
             self.log.warning("jupyter_gpu: NVML stopped working: %s", error.reason)
             with self._lock:
-                self._status = Status(False, error.reason)
+                self._status = Status("unavailable", error.reason)
             return
         pids = {p["pid"] for gpu in gpus for p in gpu.get("processes") or ()}
         meta = table.lookup(pids)

@@ -7,13 +7,19 @@ from typing import Any, Iterable
 from .sampler import Sample, Status
 
 
-def header(status: Status, *, simulated: bool) -> dict[str, Any]:
-    return {"available": status.available, "reason": status.reason, "simulated": simulated}
+def header(status: Status) -> dict[str, Any]:
+    """What every reply starts with: NVML's state, as enum and as sentence."""
+    return {
+        "available": status.available,
+        "state": status.state,
+        "reason": status.reason,
+    }
 
 
 def devices_payload(status: Status, *, simulated: bool) -> dict[str, Any]:
     return {
-        **header(status, simulated=simulated),
+        **header(status),
+        "simulated": simulated,
         "driver_version": status.system.get("driver_version"),
         "cuda_driver_version": status.system.get("cuda_driver_version"),
         "devices": status.devices,
@@ -33,7 +39,7 @@ def telemetry_json(
 
     History samples leave out process lists: they change rarely and would dominate the size.
     """
-    head = json.dumps({**header(status, simulated=simulated), "interval": interval, "now": now})
+    head = json.dumps({**header(status), "simulated": simulated, "interval": interval, "now": now})
     if not status.available:
         return head[:-1] + ', "latest": null, "history": []}'
     latest_json = latest.json_full if latest else "null"
