@@ -104,8 +104,8 @@ def test_no_driver_at_all_is_the_verdict_and_the_cpu_build_only_a_warning():
     facts.nvml = NvmlInfo(error_kind="library_not_found", error="NVML Shared Library Not Found")
     facts.driver_proc, facts.dev_nodes = None, []
     report = evaluate(facts)
-    assert report.verdict == ("No GPU: no NVIDIA driver or GPU in this environment: no libnvidia-ml.so.1, "
-                              "no /dev/nvidia*")
+    assert report.verdict == ("No GPU: no NVIDIA driver found: NVIDIA's management library (libnvidia-ml.so.1) "
+                              "is not on this machine")
     assert "--gpus all" in report.primary.fix
     assert check(report, "build").status is Status.WARN
     assert not any(c.id in ("ecc", "mig", "visible_devices") for c in report.checks)

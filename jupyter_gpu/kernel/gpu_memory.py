@@ -16,7 +16,6 @@ import pynvml
 from ..analysis.fragmentation import AllocatorFigures, allocator_figures, summarize_snapshot
 from ..client import ServerError, discover
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
-from ..nvml.simulated import SimulatedNVML
 from ..nvml.processes import ProcessMeta, describe
 from .torch_state import snapshot_segments
 
@@ -95,10 +94,9 @@ def device_view(
     ``labels`` names other processes (e.g. ``server_labels``); it is called only when there are
     other processes, so that a lone kernel never waits for the server.
     """
-    nvml = nvml_backend()
+    reader = NvmlReader(nvml_backend())
     # Simulated readings name PIDs that hold no real GPU: skip the PID-namespace check there.
-    verify = not isinstance(nvml, SimulatedNVML)
-    reader = NvmlReader(nvml)
+    verify = not reader.simulated
     try:
         count = reader.open()
         for index in range(count):

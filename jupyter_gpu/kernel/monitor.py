@@ -190,17 +190,15 @@ def start(interval: float) -> Monitor | str:
     except ImportError:
         raise UsageError("%gpu_monitor needs ipywidgets: pip install ipywidgets, then restart the kernel") from None
     from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
-    from ..nvml.simulated import SimulatedNVML
     from . import gpu_memory
 
-    nvml = gpu_memory.nvml_backend()  # the kernel side's one NVML seam (tests simulate it)
-    reader = NvmlReader(nvml)
+    reader = NvmlReader(gpu_memory.nvml_backend())  # the kernel side's one NVML seam (tests simulate it)
     try:
         devices = [reader.device_info(i)[0] for i in range(reader.open())]
     except (NvmlUnavailable, GpuLost) as error:
         reader.close()
         return getattr(error, "reason", str(error))
-    monitor = Monitor(widgets, reader, devices, interval, simulated=isinstance(nvml, SimulatedNVML))
+    monitor = Monitor(widgets, reader, devices, interval, simulated=reader.simulated)
     _monitors.append(monitor)
     try:
         monitor.start()

@@ -3,26 +3,33 @@
 Every reading is a pair ``(values, unsupported)``: a field that cannot be read is ``None`` in
 ``values`` and its reason is in ``unsupported``. Two failures are states rather than fields:
 ``GpuLost`` (one GPU is gone) and ``NvmlUnavailable`` (NVML itself is gone).
+
+Calls that exist in several versions (memory info v2 and v1, process lists v3 and v2) are tried
+newest first once per reader, and the version the driver answered is kept, as nvitop's libnvml
+does: an old driver costs one failed call per session, not one per sample.
 """
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pynvml
 
-from .reasons import FATAL_CODES, LOST_CODES, NO_DEVICES, code_of, field_reason, init_reason
+from .errors import FATAL_CODES, LOST_CODES, MISSING_VERSION_CODES, code_of, field_reason, problem
+from .reasons import PROBLEMS, Problem
 
 Values = dict[str, Any]
 Unsupported = dict[str, str]
 
 
 class NvmlUnavailable(Exception):
-    """NVML cannot be used at all; ``reason`` says why and what to do."""
+    """NVML cannot be used at all; ``reason`` says why and what to do, ``detail`` is NVML's word."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, why: Problem, detail: str | None = None) -> None:
+        super().__init__(why.sentence)
+        self.problem = why
+        self.reason = why.sentence
+        self.detail = detail
 
 
 class GpuLost(Exception):
@@ -45,7 +52,13 @@ class NvmlReader:
         self.nvml = nvml
         self._handles: dict[int, Any] = {}
         self._mig: dict[int, bool] = {}
+        self._versions: dict[str, str] = {}  # versioned call -> the version this driver answers
         self.is_open = False
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the readings are replayed (``SimulatedNVML``) rather than read from GPUs."""
+        return bool(getattr(self.nvml, "simulated", False))
 
     def open(self) -> int:
         """Initialise NVML and return the GPU count; raise ``NvmlUnavailable`` with a reason."""
@@ -53,11 +66,11 @@ class NvmlReader:
             self.nvml.nvmlInit()
             count = self.nvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as error:
-            raise NvmlUnavailable(init_reason(error)) from None
+            raise NvmlUnavailable(problem(error), str(error)) from None
         self.is_open = True
         if count == 0:
             self.close()
-            raise NvmlUnavailable(NO_DEVICES)
+            raise NvmlUnavailable(PROBLEMS["no_devices"])
         return count
 
     def close(self) -> None:
@@ -113,6 +126,25 @@ class NvmlReader:
             lambda m: {"current": bool(m[0]), "pending": bool(m[1])},
         )
         self._mig[index] = bool(values["mig_mode"] and values["mig_mode"]["current"])
+        return values, unsupported
+
+    def diagnostics(self, index: int) -> tuple[Values, Unsupported]:
+        """What the doctor checks beyond ``device_info``: the CUDA compute capability, and the
+        uncorrected ECC errors counted since the driver loaded."""
+        nvml, h = self.nvml, self._handle(index)
+        values: Values = {}
+        unsupported: Unsupported = {}
+        self._field(
+            values, unsupported, "cuda_capability", lambda: nvml.nvmlDeviceGetCudaComputeCapability(h), tuple
+        )
+        self._field(
+            values,
+            unsupported,
+            "ecc_uncorrected_volatile",
+            lambda: nvml.nvmlDeviceGetTotalEccErrors(
+                h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+            ),
+        )
         return values, unsupported
 
     def fast(self, index: int) -> tuple[Values, Unsupported]:
@@ -189,36 +221,58 @@ class NvmlReader:
                 raise GpuLost(f"GPU {index} cannot be opened: {error}") from None
         return self._handles[index]
 
+    def _versioned(self, call: str, versions: Sequence[tuple[str, Callable[[], Any]]]) -> tuple[str, Any]:
+        """(version, result) of the newest version of ``call`` this driver has: probed on first
+        use, newest first, then remembered; the last version's error is raised as it comes."""
+        known = self._versions.get(call)
+        candidates = [v for v in versions if known in (None, v[0])]
+        for version, attempt in candidates[:-1]:
+            try:
+                result = attempt()
+            except pynvml.NVMLLibraryMismatchError:  # pynvml's word for a missing newer symbol
+                continue
+            except pynvml.NVMLError as error:
+                if code_of(error) not in MISSING_VERSION_CODES:
+                    raise
+                continue
+            self._versions[call] = version
+            return version, result
+        version, attempt = candidates[-1]
+        result = attempt()
+        self._versions[call] = version
+        return version, result
+
     def _memory(self, h: Any, values: Values, unsupported: Unsupported) -> None:
-        """Memory v2 separates the driver's reserve (~615 MiB on H200) from what processes use."""
+        """Memory v2 separates the driver's reserve (~615 MiB on H200) from what processes use;
+        drivers before 510 have only v1, whose ``used`` includes the reserve."""
         names = ("memory_used_bytes", "memory_reserved_bytes", "memory_free_bytes", "memory_total_bytes")
+        nvml = self.nvml
         try:
-            info = self.nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
-            reserved = info.reserved
+            version, info = self._versioned("memory", (
+                ("v2", lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
+                ("v1", lambda: nvml.nvmlDeviceGetMemoryInfo(h)),
+            ))
         except pynvml.NVMLError as error:
             self._raise_state(error)
-            try:  # drivers before 510 have only v1, whose `used` includes the reserve
-                info = self.nvml.nvmlDeviceGetMemoryInfo(h)
-                reserved = None
-                unsupported["memory_reserved_bytes"] = "needs memory info v2 (driver 510 or newer)"
-            except pynvml.NVMLError as error1:
-                self._raise_state(error1)
-                for name in names:
-                    values[name] = None
-                    unsupported[name] = field_reason(error1)
-                return
+            for name in names:
+                values[name] = None
+                unsupported[name] = field_reason(error)
+            return
         values.update(
             memory_used_bytes=info.used,
-            memory_reserved_bytes=reserved,
+            memory_reserved_bytes=info.reserved if version == "v2" else None,
             memory_free_bytes=info.free,
             memory_total_bytes=info.total,
         )
+        if version == "v1":
+            unsupported["memory_reserved_bytes"] = "needs memory info v2 (driver 510 or newer)"
 
     def _processes(self, h: Any) -> list[Values]:
-        try:
-            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(h)
-        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
-            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses_v2(h)
+        nvml = self.nvml
+        _, procs = self._versioned("processes", (
+            ("v3", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h)),  # pynvml calls v3
+            ("v2", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+        ))
         # `usedGpuMemory` is None when the driver withholds it (e.g. under some containers)
         return [{"pid": p.pid, "used_memory_bytes": p.usedGpuMemory} for p in procs]
 
@@ -243,7 +297,7 @@ class NvmlReader:
             raise GpuLost(str(error)) from None
         if code in FATAL_CODES:
             self.close()
-            raise NvmlUnavailable(init_reason(error)) from None
+            raise NvmlUnavailable(problem(error), str(error)) from None
 
 
 def _milli(value: int) -> float:

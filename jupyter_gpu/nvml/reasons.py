@@ -1,63 +1,68 @@
-"""Turn NVML errors into sentences a person can act on."""
+"""The one table of what a person can do when NVML cannot be used.
+
+The server's reason fields, ``%gpu_monitor``, ``%gpu_mem``, ``jupyter gpu status`` and the doctor
+say the same thing for the same failure: a ``Problem`` with a stable ``kind`` for programs, a
+``summary`` (what is wrong) and a ``fix`` (what to do). ``errors.problem`` picks the entry for an
+NVML error. Plain data without pynvml, so that the doctor can report that pynvml is missing.
+"""
 from __future__ import annotations
 
-import pynvml
+from dataclasses import dataclass
 
-# Errors after which no call on any GPU can succeed until NVML is initialised again.
-FATAL_CODES = frozenset(
-    {
-        pynvml.NVML_ERROR_UNINITIALIZED,
-        pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-        pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    }
-)
-# Errors that mean one GPU has dropped off the bus or needs a reset.
-LOST_CODES = frozenset({pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_RESET_REQUIRED})
 
-_INIT_REASONS = {
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: (
-        "No NVIDIA driver found: NVIDIA's management library (libnvidia-ml.so.1) is not on this "
-        "machine. Install the NVIDIA driver on the host; in a container, start it with the GPUs "
-        "passed through (e.g. `docker run --gpus all` with the NVIDIA Container Toolkit)."
-    ),
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: (
-        "The NVIDIA driver is installed but not loaded. Load it (`sudo modprobe nvidia`) or "
-        "reboot after a driver update; `nvidia-smi` should then list the GPUs."
-    ),
-    pynvml.NVML_ERROR_NO_PERMISSION: (
-        "Permission denied opening the NVIDIA devices (/dev/nvidia*). Add this user to the group "
-        "that owns them (often `video`) or ask the administrator."
-    ),
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
-        "The NVIDIA kernel module and the user-space driver have different versions (usually "
-        "after a driver update without a reboot). Reboot, or reload the nvidia kernel modules."
-    ),
+@dataclass(frozen=True)
+class Problem:
+    """Why NVML cannot be used. ``summary`` is a clause ("the NVIDIA driver is … not loaded")."""
+
+    kind: str
+    summary: str
+    fix: str
+
+    @property
+    def sentence(self) -> str:
+        """Summary and fix as one message, for a ``reason`` field or a one-line error."""
+        return f"{self.summary[0].upper()}{self.summary[1:]}. {self.fix}"
+
+
+PROBLEMS = {
+    p.kind: p
+    for p in (
+        Problem(
+            "library_not_found",
+            "no NVIDIA driver found: NVIDIA's management library (libnvidia-ml.so.1) is not on this machine",
+            "Install the NVIDIA driver on a machine with an NVIDIA GPU (`nvidia-smi` must work). In a "
+            "container, pass the GPUs in: `docker run --gpus all` with the NVIDIA Container Toolkit, or "
+            "request `nvidia.com/gpu` on Kubernetes; on JupyterHub pick a GPU server option. Without a "
+            "GPU, torch runs on the CPU.",
+        ),
+        Problem(
+            "driver_not_loaded",
+            "the NVIDIA driver is installed but not loaded",
+            "Load it (`sudo modprobe nvidia`) or reboot after installing or updating the driver; "
+            "`nvidia-smi` must then list the GPUs.",
+        ),
+        Problem(
+            "no_permission",
+            "no permission to open /dev/nvidia*",
+            "Add this user to the group that owns /dev/nvidia* (often `video`) or ask the administrator.",
+        ),
+        Problem(
+            "version_mismatch",
+            "the driver's kernel module and its libraries have different versions (a driver update "
+            "without a reboot)",
+            "Reboot, or unload and reload the nvidia kernel modules.",
+        ),
+        Problem(
+            "no_devices",
+            "the NVIDIA driver is loaded but reports no GPUs",
+            "Run `nvidia-smi`; in a container pass the GPUs in (`docker run --gpus all`).",
+        ),
+    )
 }
 
-NO_DEVICES = (
-    "The NVIDIA driver is loaded but reports no GPUs. Check `nvidia-smi`; in a container, pass "
-    "the GPUs through (`--gpus all`)."
-)
 
-
-def init_reason(error: pynvml.NVMLError) -> str:
-    """Why NVML could not start, and what to do about it."""
-    code = getattr(error, "value", None)
-    if code in _INIT_REASONS:
-        return _INIT_REASONS[code]
-    return f"NVML could not start ({error}). Run `nvidia-smi` to see whether the driver works."
-
-
-def field_reason(error: pynvml.NVMLError, *, mig_enabled: bool = False) -> str:
-    """Why one reading is missing: unsupported by this GPU, or a failed call."""
-    code = getattr(error, "value", None)
-    if code == pynvml.NVML_ERROR_NOT_SUPPORTED:
-        return "not supported while MIG mode is on" if mig_enabled else "not supported on this GPU"
-    if code == pynvml.NVML_ERROR_NO_PERMISSION:
-        return "permission denied"
-    return f"read failed: {error}"
-
-
-def code_of(error: BaseException) -> int | None:
-    return getattr(error, "value", None)
+def problem_of_kind(kind: str, detail: str) -> Problem:
+    """The entry for ``kind``; a failure without an entry of its own names NVML's ``detail``."""
+    return PROBLEMS.get(kind) or Problem(
+        "other", f"NVML failed: {detail}", "Run `nvidia-smi`: its error names the problem."
+    )

@@ -23,6 +23,8 @@ import pynvml
 class SimulatedNVML:
     """Implements the subset of the ``pynvml`` API that ``NvmlReader`` uses."""
 
+    simulated = True  # what NvmlReader.simulated reports; the real pynvml has no such attribute
+
     def __init__(self, readings: dict[str, Any]) -> None:
         self.readings = readings
         self._lock = threading.Lock()
@@ -130,6 +132,17 @@ class SimulatedNVML:
         self._check("nvmlDeviceGetMigMode", h)
         return list(self._device(h)["mig_mode"])
 
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        self._check("nvmlDeviceGetCudaComputeCapability", h)
+        capability = self._device(h).get("cuda_capability")
+        if capability is None:  # not in the capture
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return tuple(capability)
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, error_type: int, counter_type: int) -> int:
+        self._check("nvmlDeviceGetTotalEccErrors", h)
+        return self._device(h)["ecc_volatile_uncorrected"]
+
     def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         self._check("nvmlDeviceGetUtilizationRates", h)
         return SimpleNamespace(**self._device(h)["utilization"])
@@ -159,13 +172,16 @@ class SimulatedNVML:
         key = "pcie_rx_kbs" if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES else "pcie_tx_kbs"
         return self._device(h)[key]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        self._check("nvmlDeviceGetComputeRunningProcesses", h)
+    def _processes(self, h: int) -> list[SimpleNamespace]:
         return [
             SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_gpu_memory"])
             for p in self._device(h)["compute_processes"]
         ]
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
+        self._check("nvmlDeviceGetComputeRunningProcesses", h)
+        return self._processes(h)
+
     def nvmlDeviceGetComputeRunningProcesses_v2(self, h: int) -> list[SimpleNamespace]:
         self._check("nvmlDeviceGetComputeRunningProcesses_v2", h)
-        return self.nvmlDeviceGetComputeRunningProcesses(h)
+        return self._processes(h)

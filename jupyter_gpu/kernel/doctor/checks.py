@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Callable, Iterable
 
 from ...analysis.units import format_bytes
+from ...nvml.reasons import problem_of_kind
 from .facts import Facts, TorchInfo
 from .nvmlinfo import NvmlDevice
 
@@ -47,12 +48,6 @@ CUDA_BUILDS: dict[tuple[int, int], tuple[str, ...]] = {
 # Oldest driver that runs any toolkit of a CUDA major version (minor-version compatibility).
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 SHM_MIN_BYTES = 1 << 30
-NO_DRIVER_FIX = (
-    "On a machine with an NVIDIA GPU, install the NVIDIA driver (`nvidia-smi` must work). In a "
-    "container, pass the GPUs in: `docker run --gpus all` with the NVIDIA Container Toolkit, or "
-    "request `nvidia.com/gpu` on Kubernetes; on JupyterHub pick a GPU server option. Without a "
-    "GPU, torch runs on the CPU."
-)
 VISIBLE_FIX = (
     "Set CUDA_VISIBLE_DEVICES to GPU indices or UUIDs that exist (`nvidia-smi -L` lists them), "
     "e.g. `%env CUDA_VISIBLE_DEVICES=0`, or unset it, before CUDA starts in the kernel (or in "
@@ -155,9 +150,6 @@ def check_driver(f: Facts) -> Check:
     n, title = f.nvml, "NVIDIA driver"
     module = _kernel_module(f)
     if n.error_kind is None:
-        if not n.devices:
-            return Check("driver", title, Status.FAIL, f"driver {n.driver_version} is loaded but reports no GPU",
-                         fix="Run `nvidia-smi`; in a container pass the GPUs in (`docker run --gpus all`).")
         cuda = f" (CUDA {_cuda_text(n.cuda_driver_version)})" if n.cuda_driver_version else ""
         names = count_names(d.name for d in n.devices)
         return Check("driver", title, Status.OK, f"driver {n.driver_version}{cuda}: {names}")
@@ -172,23 +164,12 @@ def check_driver(f: Facts) -> Check:
                      fix="In a container, start it through the NVIDIA Container Toolkit (`docker run "
                          "--gpus all`), which mounts the driver's libraries; on the host, reinstall the "
                          "driver's user-space package of the same version as the kernel module.")
-    if n.error_kind in ("missing_bindings", "library_not_found"):
+    if n.error_kind == "missing_bindings":  # no bindings, and no trace of a driver either
         return Check("driver", title, Status.FAIL,
-                     "no NVIDIA driver or GPU in this environment: no libnvidia-ml.so.1, no /dev/nvidia*",
-                     fix=NO_DRIVER_FIX, detail=n.error)
-    problems = {
-        "driver_not_loaded": ("the NVIDIA driver is installed but not loaded",
-                              "Load it (`sudo modprobe nvidia`) or reboot after installing or updating the "
-                              "driver; `nvidia-smi` must then list the GPUs."),
-        "version_mismatch": ("the driver's kernel module and its libraries have different versions "
-                             "(a driver update without a reboot)",
-                             "Reboot, or unload and reload the nvidia kernel modules."),
-        "no_permission": ("no permission to open /dev/nvidia*",
-                          "Add this user to the group that owns /dev/nvidia* (often `video`) or ask the "
-                          "administrator."),
-    }
-    summary, fix = problems.get(n.error_kind, (f"NVML failed: {n.error}", "Run `nvidia-smi`: its error names the problem."))
-    return Check("driver", title, Status.FAIL, summary, fix=fix, detail=n.error)
+                     "no NVIDIA driver or GPU in this environment: no nvidia kernel module, no /dev/nvidia*",
+                     fix=problem_of_kind("library_not_found", "").fix, detail=n.error)
+    problem = problem_of_kind(n.error_kind, n.error or "")
+    return Check("driver", title, Status.FAIL, problem.summary, fix=problem.fix, detail=n.error)
 
 
 def check_build(f: Facts) -> Check | None:
