@@ -6,18 +6,40 @@ import gzip
 import json
 
 import pytest
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 from tornado.httpclient import HTTPClientError
 
 from conftest import READINGS
+from jupyter_gpu.server.schema import SCHEMA_DIR, load
 
 FIXTURE = json.loads(READINGS.read_text())
+# The schemas $ref each other by file name, so each is registered under its file name.
+SCHEMAS = Registry().with_resources(
+    (path.name, Resource.from_contents(json.loads(path.read_text()), default_specification=DRAFT202012))
+    for path in SCHEMA_DIR.glob("*.schema.json")
+)
+ROUTES = tuple(load("api")["properties"])
+VALIDATORS = {route: Draft202012Validator({"$ref": f"{route}.schema.json"}, registry=SCHEMAS) for route in ROUTES}
+
+
+def check_reply(route: str, body: dict) -> None:
+    """The reply follows its route's schema, and says yes or no as its state does."""
+    error = best_match(VALIDATORS[route].iter_errors(body))
+    assert error is None, f"the {route} reply breaks its schema at {error.json_path}: {error.message}"
+    assert body["available"] == (body["state"] == "ok"), body
 
 
 async def get(jp_fetch, route: str, **params) -> dict:
+    """A route's reply, held to its schema: so every server test checks the replies it sees."""
     response = await jp_fetch("api", "gpu", route, params=params)
     assert response.code == 200
     assert response.headers["Content-Type"].startswith("application/json")
-    return json.loads(response.body)
+    body = json.loads(response.body)
+    check_reply(route, body)
+    return body
 
 
 async def wait_for(predicate, timeout: float = 5.0):
@@ -102,6 +124,7 @@ async def test_full_history_is_gzipped_for_clients_that_accept_it(jp_fetch, gpu_
     )
     assert response.headers["Content-Encoding"] == "gzip"
     body = json.loads(gzip.decompress(response.body))
+    check_reply("telemetry", body)
     assert len(body["history"]) >= 40 and len(response.body) < len(json.dumps(body)) / 5
     # an incremental poll stays small and plain
     latest = await jp_fetch(

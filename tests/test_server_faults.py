@@ -7,6 +7,7 @@ import logging
 import pynvml
 import pytest
 
+from jupyter_gpu.server.schema import VERSION
 from test_server_api import get, wait_for
 
 
@@ -149,6 +150,7 @@ class TestRealNvmlWithoutGpu:
             pytest.skip("this machine has a working NVML")
         body = await wait_for(lambda: _settled(get(jp_fetch, "devices")))
         assert body == {
+            "version": VERSION,
             "available": False,
             "state": "unavailable",
             "reason": body["reason"],

@@ -1,15 +1,20 @@
-"""Shape sampler state into the JSON the REST API serves (pure functions)."""
+"""Shape sampler state into the JSON the REST API serves (pure functions).
+
+The shapes are those of ``schema/<route>.schema.json``; the server tests hold every reply to them.
+"""
 from __future__ import annotations
 
 import json
 from typing import Any, Iterable
 
 from .sampler import Sample, Status
+from .schema import VERSION
 
 
 def header(status: Status) -> dict[str, Any]:
-    """What every reply starts with: NVML's state, as enum and as sentence."""
+    """What every reply starts with: the schema version and NVML's state, as enum and sentence."""
     return {
+        "version": VERSION,
         "available": status.available,
         "state": status.state,
         "reason": status.reason,
