@@ -16,11 +16,12 @@ import { MemoryUnits } from './format';
 import { requestAPI, ServerExtensionMissing } from './request';
 import { busiestGpu, mergeHistory, selectGpus } from './shape';
 import type {
-  IDevicesReply,
-  IGpuSample,
-  IKernelsReply,
-  ISample,
-  ITelemetryReply
+  DevicesReply,
+  GpuSample,
+  KernelsReply,
+  NvmlState,
+  Sample,
+  TelemetryReply
 } from './types';
 
 export interface IGpuSettings {
@@ -125,7 +126,7 @@ export class GpuModel extends VDomModel {
 
   /** Whether the server has a usable GPU; null while unknown. */
   get available(): boolean | null {
-    return this._telemetry ? this._telemetry.available : null;
+    return this._telemetry ? this._telemetry.state === 'ok' : null;
   }
 
   /** The server's explanation when no GPU is usable. */
@@ -138,31 +139,31 @@ export class GpuModel extends VDomModel {
     return !!(this._telemetry?.simulated || this._devices?.simulated);
   }
 
-  get devices(): IDevicesReply | null {
+  get devices(): DevicesReply | null {
     return this._devices;
   }
 
-  get telemetry(): ITelemetryReply | null {
+  get telemetry(): TelemetryReply | null {
     return this._telemetry;
   }
 
-  get kernels(): IKernelsReply | null {
+  get kernels(): KernelsReply | null {
     return this._kernels;
   }
 
   /** The browser's copy of the server's history, oldest first. */
-  get history(): ISample[] {
+  get history(): Sample[] {
     return this._history;
   }
 
   /** The latest sample's GPUs, restricted to the GPUs selected in the settings. */
-  get gpus(): IGpuSample[] {
+  get gpus(): GpuSample[] {
     const latest = this._telemetry?.latest;
     return latest ? selectGpus(latest.gpus, this._settings.gpus) : [];
   }
 
   /** The busiest selected GPU, for the status bar. */
-  get busiest(): IGpuSample | null {
+  get busiest(): GpuSample | null {
     return busiestGpu(this.gpus);
   }
 
@@ -187,7 +188,7 @@ export class GpuModel extends VDomModel {
 
   private async _fetchTelemetry(): Promise<void> {
     try {
-      const reply = await requestAPI<ITelemetryReply>(
+      const reply = await requestAPI(
         'telemetry',
         this._serverSettings,
         this._lastT === null ? {} : { since: this._lastT }
@@ -199,14 +200,11 @@ export class GpuModel extends VDomModel {
       );
       const last = this._history[this._history.length - 1];
       this._lastT = last ? last.t : this._lastT;
-      const wasAvailable = this._telemetry?.available;
+      const lastState = this._telemetry?.state;
       this._telemetry = reply;
       this._error = null;
-      if (this._needDevices(reply, wasAvailable)) {
-        this._devices = await requestAPI<IDevicesReply>(
-          'devices',
-          this._serverSettings
-        );
+      if (this._needDevices(reply, lastState)) {
+        this._devices = await requestAPI('devices', this._serverSettings);
       }
       this.stateChanged.emit();
     } catch (error) {
@@ -217,10 +215,7 @@ export class GpuModel extends VDomModel {
 
   private async _fetchKernels(): Promise<void> {
     try {
-      this._kernels = await requestAPI<IKernelsReply>(
-        'kernels',
-        this._serverSettings
-      );
+      this._kernels = await requestAPI('kernels', this._serverSettings);
       this.stateChanged.emit();
     } catch (error) {
       this._fail(error);
@@ -228,12 +223,12 @@ export class GpuModel extends VDomModel {
     }
   }
 
-  /** Devices are fetched once, and again when the set of GPUs changes. */
+  /** Devices are fetched once, and again when NVML's state or the set of GPUs changes. */
   private _needDevices(
-    reply: ITelemetryReply,
-    wasAvailable: boolean | undefined
+    reply: TelemetryReply,
+    lastState: NvmlState | undefined
   ): boolean {
-    if (this._devices === null || wasAvailable !== reply.available) {
+    if (this._devices === null || lastState !== reply.state) {
       return true;
     }
     const known = new Set(this._devices.devices.map(d => d.uuid));
@@ -260,10 +255,10 @@ export class GpuModel extends VDomModel {
   private _kernelsPoll: Poll;
   private _panelVisible = false;
   private _statusBarVisible = false;
-  private _telemetry: ITelemetryReply | null = null;
-  private _devices: IDevicesReply | null = null;
-  private _kernels: IKernelsReply | null = null;
-  private _history: ISample[] = [];
+  private _telemetry: TelemetryReply | null = null;
+  private _devices: DevicesReply | null = null;
+  private _kernels: KernelsReply | null = null;
+  private _history: Sample[] = [];
   private _lastT: number | null = null;
   private _error: string | null = null;
 }

@@ -29,12 +29,12 @@ import {
   series
 } from './shape';
 import type {
-  IAllocator,
-  IDevice,
-  IGpuSample,
-  IKernel,
-  ISample,
-  IUnattributed
+  AllocatorFigures,
+  Device,
+  GpuSample,
+  Kernel,
+  Sample,
+  UnattributedProcess
 } from './types';
 
 export class GpuPanel extends VDomRenderer<GpuModel> {
@@ -140,7 +140,7 @@ function Cards(props: { model: GpuModel }): JSX.Element {
     <div className="jp-gpu-cards">
       {gpus.map(g => (
         <Card
-          key={g.uuid}
+          key={g.index}
           gpu={g}
           device={deviceFor(m.devices?.devices ?? [], g)}
           history={m.history}
@@ -155,9 +155,9 @@ function Cards(props: { model: GpuModel }): JSX.Element {
 }
 
 interface ICardProps {
-  gpu: IGpuSample;
-  device: IDevice | undefined;
-  history: ISample[];
+  gpu: GpuSample;
+  device: Device | undefined;
+  history: Sample[];
   t0: number;
   t1: number;
   maxGap: number;
@@ -168,8 +168,8 @@ function Card(props: ICardProps): JSX.Element {
   const { gpu: g, device, units } = props;
   const name = device?.name ?? 'GPU';
   const window = `over ${formatAge(props.t1 - props.t0)}`;
-  const util = series(props.history, g.uuid, 'utilization_gpu_percent');
-  const mem = series(props.history, g.uuid, 'memory_used_bytes');
+  const util = series(props.history, g, 'utilization_gpu_percent');
+  const mem = series(props.history, g, 'memory_used_bytes');
   const total = g.memory_total_bytes ?? device?.memory_total_bytes ?? 0;
   return (
     <section
@@ -186,7 +186,7 @@ function Card(props: ICardProps): JSX.Element {
       </div>
       {g.state !== 'ok' && (
         <div className="jp-gpu-error" role="alert" data-field="state">
-          {g.error || (g.state === 'lost' ? 'GPU lost' : 'GPU error')}
+          {g.error || 'GPU lost'}
         </div>
       )}
       <div className="jp-gpu-chart">
@@ -256,7 +256,7 @@ function Card(props: ICardProps): JSX.Element {
   );
 }
 
-function Mig(props: { device: IDevice | undefined }): JSX.Element | null {
+function Mig(props: { device: Device | undefined }): JSX.Element | null {
   const d = props.device;
   if (!d) {
     return null;
@@ -288,8 +288,8 @@ function Mig(props: { device: IDevice | undefined }): JSX.Element | null {
 
 /** A reading's value, or "not supported" with the reason as its tooltip. */
 function Value(props: {
-  gpu: IGpuSample;
-  field: keyof IGpuSample;
+  gpu: GpuSample;
+  field: keyof GpuSample;
   children: string;
 }): JSX.Element {
   const why = props.gpu.unsupported?.[props.field as string];
@@ -308,8 +308,8 @@ function Value(props: {
 }
 
 function Reading(props: {
-  gpu: IGpuSample;
-  field: keyof IGpuSample;
+  gpu: GpuSample;
+  field: keyof GpuSample;
   label: string;
   children: string;
 }): JSX.Element {
@@ -335,7 +335,7 @@ function Holders(props: {
   let body: JSX.Element;
   if (m.kernels === null) {
     body = <div className="jp-gpu-loading">Loading…</div>;
-  } else if (!m.kernels.available) {
+  } else if (m.kernels.state !== 'ok') {
     body = <div className="jp-gpu-empty">{m.kernels.reason ?? 'Not available.'}</div>;
   } else if (h.kernels.length === 0 && h.unattributed.length === 0) {
     body = <div className="jp-gpu-empty">No process holds GPU memory.</div>;
@@ -372,10 +372,10 @@ function Holders(props: {
 }
 
 function KernelRow(props: {
-  kernel: IKernel;
+  kernel: Kernel;
   units: MemoryUnits;
   gpus: number[];
-  gpuList: IGpuSample[];
+  gpuList: GpuSample[];
   openPath: (path: string) => void;
 }): JSX.Element {
   const k = props.kernel;
@@ -402,18 +402,18 @@ function KernelRow(props: {
       </div>
       <div className="jp-gpu-holder-detail">
         {k.gpu_memory.map(g => (
-          <span key={g.uuid} className="jp-gpu-chip">
+          <span key={g.gpu_index} className="jp-gpu-chip">
             GPU {g.gpu_index}: {formatBytes(g.used_memory_bytes, props.units)}
           </span>
         ))}
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
       </div>
-      {k.allocator && k.allocator.cuda_in_use ? (
+      {k.allocator_state === 'ok' && k.allocator ? (
         <Allocator allocator={k.allocator} gpus={props.gpuList} units={props.units} />
       ) : (
         kernelMemory(k) > 0 && (
           <div className="jp-gpu-hint" data-field="allocator-missing" title={k.allocator_reason ?? undefined}>
-            {!k.allocator_reason || k.allocator_reason.startsWith('no stats file') ? (
+            {k.allocator_state === 'no_stats' ? (
               <>
                 No PyTorch allocator figures: run <code>%load_ext jupyter_gpu</code> in this notebook.
               </>
@@ -428,8 +428,8 @@ function KernelRow(props: {
 }
 
 function Allocator(props: {
-  allocator: IAllocator;
-  gpus: IGpuSample[];
+  allocator: AllocatorFigures;
+  gpus: GpuSample[];
   units: MemoryUnits;
 }): JSX.Element {
   const a = props.allocator;
@@ -468,7 +468,7 @@ function Allocator(props: {
   );
 }
 
-function ProcessRow(props: { proc: IUnattributed; units: MemoryUnits }): JSX.Element {
+function ProcessRow(props: { proc: UnattributedProcess; units: MemoryUnits }): JSX.Element {
   const p = props.proc;
   return (
     <li className="jp-gpu-holder jp-gpu-process" data-pid={p.pid}>

@@ -4,6 +4,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { Replies } from './types';
+
 /** Path of the REST API below the server's base URL. */
 export const API_NAMESPACE = 'api/gpu';
 
@@ -22,15 +24,15 @@ export class ServerExtensionMissing extends Error {
 }
 
 /**
- * GET `{baseUrl}api/gpu/{endpoint}` with the session's credentials and return
- * the parsed JSON body.
+ * GET `{baseUrl}api/gpu/{route}` with the session's credentials and return
+ * the parsed JSON body, typed by the route's schema.
  */
-export async function requestAPI<T>(
-  endpoint: string,
+export async function requestAPI<R extends keyof Replies>(
+  route: R,
   settings: ServerConnection.ISettings,
   query: { [key: string]: string | number | undefined } = {}
-): Promise<T> {
-  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, endpoint);
+): Promise<Replies[R]> {
+  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, route);
   const params = Object.keys(query)
     .filter(k => query[k] !== undefined)
     .map(k => `${encodeURIComponent(k)}=${encodeURIComponent(String(query[k]))}`);
@@ -63,5 +65,5 @@ export async function requestAPI<T>(
     }
     throw new ServerConnection.ResponseError(response, message);
   }
-  return (await response.json()) as T;
+  return (await response.json()) as Replies[R];
 }

@@ -3,12 +3,12 @@
  * Pure functions, no DOM, no JupyterLab imports: unit-tested in src/__tests__.
  */
 import type {
-  IDevice,
-  IGpuSample,
-  IKernel,
-  IKernelsReply,
-  ISample,
-  IUnattributed
+  Device,
+  GpuSample,
+  Kernel,
+  KernelsReply,
+  Sample,
+  UnattributedProcess
 } from './types';
 
 /**
@@ -17,11 +17,11 @@ import type {
  * `windowSeconds` of the newest one.
  */
 export function mergeHistory(
-  existing: ISample[],
-  incoming: ISample[],
+  existing: Sample[],
+  incoming: Sample[],
   windowSeconds: number
-): ISample[] {
-  const byTime = new Map<number, ISample>();
+): Sample[] {
+  const byTime = new Map<number, Sample>();
   for (const s of existing) {
     byTime.set(s.t, s);
   }
@@ -53,9 +53,10 @@ export function selectGpus<T extends { index: number }>(
 }
 
 /** Fraction of memory in use (0..1), or null when unknown. */
-export function memoryFraction(g: IGpuSample): number | null {
-  const used = g.memory_used_bytes;
-  const total = g.memory_total_bytes;
+export function memoryFraction(g: GpuSample): number | null {
+  // a lost GPU's sample has no readings at all
+  const used = g.memory_used_bytes ?? null;
+  const total = g.memory_total_bytes ?? null;
   if (used === null || total === null || !(total > 0)) {
     return null;
   }
@@ -67,8 +68,8 @@ export function memoryFraction(g: IGpuSample): number | null {
  * A GPU whose utilisation is not reported (MIG mode) counts its memory
  * fraction as its utilisation. Returns null when no GPU is in state `ok`.
  */
-export function busiestGpu(gpus: IGpuSample[]): IGpuSample | null {
-  let best: IGpuSample | null = null;
+export function busiestGpu(gpus: GpuSample[]): GpuSample | null {
+  let best: GpuSample | null = null;
   let bestKey: [number, number] = [-1, -1];
   for (const g of gpus) {
     if (g.state !== 'ok') {
@@ -110,15 +111,28 @@ export type SeriesField =
   | 'pcie_rx_bytes_per_second'
   | 'pcie_tx_bytes_per_second';
 
-/** One GPU's readings of one field over the history, matched by UUID. */
+/** A GPU as the replies name it: NVML's index, and its UUID unless NVML could not read it. */
+export interface IGpuRef {
+  index: number;
+  uuid: string | null;
+}
+
+/** The same GPU: by UUID, or by index where a UUID is missing. */
+function sameGpu(a: IGpuRef, b: IGpuRef): boolean {
+  return a.uuid !== null && b.uuid !== null
+    ? a.uuid === b.uuid
+    : a.index === b.index;
+}
+
+/** One GPU's readings of one field over the history. */
 export function series(
-  history: ISample[],
-  uuid: string,
+  history: Sample[],
+  gpu: IGpuRef,
   field: SeriesField
 ): IPoint[] {
   const points: IPoint[] = [];
   for (const sample of history) {
-    const g = sample.gpus.find(x => x.uuid === uuid);
+    const g = sample.gpus.find(x => sameGpu(x, gpu));
     const v = g && g.state === 'ok' ? g[field] : null;
     points.push({ t: sample.t, v: typeof v === 'number' ? v : null });
   }
@@ -190,7 +204,7 @@ export function linePath(
 }
 
 /** The notebook (or file) name of a kernel, for display. */
-export function kernelLabel(kernel: IKernel): string {
+export function kernelLabel(kernel: Kernel): string {
   if (kernel.path) {
     const parts = kernel.path.split('/');
     return parts[parts.length - 1] || kernel.path;
@@ -199,7 +213,7 @@ export function kernelLabel(kernel: IKernel): string {
 }
 
 /** Total GPU memory a kernel's process tree holds, over the GPUs selected. */
-export function kernelMemory(kernel: IKernel, indices: number[] = []): number {
+export function kernelMemory(kernel: Kernel, indices: number[] = []): number {
   let total = 0;
   for (const m of selectGpus(
     kernel.gpu_memory.map(x => ({ ...x, index: x.gpu_index })),
@@ -212,9 +226,9 @@ export function kernelMemory(kernel: IKernel, indices: number[] = []): number {
 
 export interface IHolders {
   /** Kernels holding memory on a selected GPU (or publishing allocator figures), largest first. */
-  kernels: IKernel[];
+  kernels: Kernel[];
   /** Processes that belong to no kernel of this server, largest first. */
-  unattributed: IUnattributed[];
+  unattributed: UnattributedProcess[];
   hidden: number;
 }
 
@@ -223,17 +237,15 @@ export interface IHolders {
  * allocator figures, then unattributed processes, each sorted by memory.
  */
 export function holders(
-  reply: IKernelsReply | null,
+  reply: KernelsReply | null,
   indices: number[] = []
 ): IHolders {
-  if (!reply || !reply.available) {
+  if (!reply || reply.state !== 'ok') {
     return { kernels: [], unattributed: [], hidden: reply?.hidden_processes ?? 0 };
   }
   const kernels = reply.kernels
     .filter(
-      k =>
-        kernelMemory(k, indices) > 0 ||
-        (k.allocator !== null && k.allocator.cuda_in_use)
+      k => kernelMemory(k, indices) > 0 || k.allocator_state === 'ok'
     )
     .sort((a, b) => kernelMemory(b, indices) - kernelMemory(a, indices));
   const unattributed = selectGpus(
@@ -244,13 +256,9 @@ export function holders(
 }
 
 /** The device record for a sampled GPU, matched by UUID then by index. */
-export function deviceFor(
-  devices: IDevice[],
-  g: { uuid: string; index: number }
-): IDevice | undefined {
+export function deviceFor(devices: Device[], g: IGpuRef): Device | undefined {
   return (
-    devices.find(d => d.uuid === g.uuid) ??
-    devices.find(d => d.index === g.index)
+    devices.find(d => sameGpu(d, g)) ?? devices.find(d => d.index === g.index)
   );
 }
 
@@ -259,7 +267,7 @@ export function deviceFor(
  * NVML's `GPU-` prefix, so both spellings match.
  */
 export function gpuIndexForUuid(
-  gpus: { index: number; uuid: string }[],
+  gpus: IGpuRef[],
   uuid: string | null | undefined
 ): number | null {
   if (!uuid) {
@@ -267,6 +275,6 @@ export function gpuIndexForUuid(
   }
   const bare = (u: string) => u.replace(/^GPU-/i, '').toLowerCase();
   const want = bare(uuid);
-  const found = gpus.find(g => bare(g.uuid) === want);
+  const found = gpus.find(g => g.uuid !== null && bare(g.uuid) === want);
   return found ? found.index : null;
 }

@@ -3,7 +3,7 @@
  * figures, returns text and tooltip.
  */
 import { formatBytesOf, formatPercent, MemoryUnits } from './format';
-import type { IGpuSample } from './types';
+import type { GpuSample } from './types';
 
 export interface ISummarySource {
   error: string | null;
@@ -11,7 +11,7 @@ export interface ISummarySource {
   available: boolean | null;
   reason: string | null;
   simulated: boolean;
-  busiest: IGpuSample | null;
+  busiest: GpuSample | null;
   settings: { memoryUnits: MemoryUnits };
 }
 

@@ -1,135 +1,373 @@
 /**
- * Shapes of the jupyter_gpu REST API (`{baseUrl}api/gpu/...`).
- *
- * Every numeric reading may be `null`; when a reading is not supported by the
- * device or driver, the reason is in the `unsupported` map under the field name.
+ * Shapes of the jupyter_gpu REST API (`{baseUrl}api/gpu/...`), generated from
+ * jupyter_gpu/server/schema/*.schema.json by `jlpm build:schema`: edit the schemas, not this file.
  */
 
-export type Unsupported = { [field: string]: string };
+/**
+ * Whether the server can read its GPUs through NVML: 'starting' before the first attempt, 'ok', or 'unavailable' (no driver, driver not loaded, no GPU, no permission...; `reason` says which and what to do).
+ */
+export type NvmlState = 'starting' | 'ok' | 'unavailable';
+/**
+ * 'ok', or 'lost': the GPU stopped answering (fell off the bus, needs a reset).
+ */
+export type GpuState = 'ok' | 'lost';
+/**
+ * Whether there are PyTorch allocator figures for the kernel: 'ok'; 'no_cuda' (the agent runs, PyTorch has not initialised CUDA); 'no_stats' (no stats file: jupyter_gpu is not loaded in the kernel); 'refused' (a file not to be trusted: a symlink, another user's, writable by others, ...); 'malformed' (not the agent's format); 'stale' (too old, or its process is gone).
+ */
+export type AllocatorState =
+  'ok' | 'no_cuda' | 'no_stats' | 'refused' | 'malformed' | 'stale';
 
-export interface IMigMode {
-  current: boolean;
-  pending: boolean;
+/**
+ * The routes under {base_url}api/gpu/, each named by its path with its reply's schema. Not itself a reply: where tools (the TypeScript generator, the tests) start.
+ */
+export interface Replies {
+  devices: DevicesReply;
+  telemetry: TelemetryReply;
+  kernels: KernelsReply;
 }
-
-export interface IDevice {
+/**
+ * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the server runs.
+ */
+export interface DevicesReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * True exactly when `state` is 'ok' (kept for clients that only ask yes or no).
+   */
+  available: boolean;
+  state: NvmlState;
+  /**
+   * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
+   */
+  reason: string | null;
+  /**
+   * The readings come from the simulated backend (a recording), not from this machine's GPUs.
+   */
+  simulated: boolean;
+  /**
+   * e.g. '580.159.04'.
+   */
+  driver_version: string | null;
+  /**
+   * The newest CUDA the driver supports, e.g. '13.0'.
+   */
+  cuda_driver_version: string | null;
+  /**
+   * Empty unless `state` is 'ok'.
+   */
+  devices: Device[];
+}
+/**
+ * One GPU as NVML numbers it (NVML ignores CUDA_VISIBLE_DEVICES). A null field's reason is in `unsupported`.
+ */
+export interface Device {
   index: number;
-  uuid: string;
+  /**
+   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   */
+  uuid: string | null;
+  /**
+   * e.g. 'NVIDIA H200'.
+   */
   name: string | null;
   pci_bus_id: string | null;
   memory_total_bytes: number | null;
+  /**
+   * The enforced power limit.
+   */
   power_limit_watts: number | null;
-  mig_mode: IMigMode | null;
+  /**
+   * Multi-Instance GPU mode; null where MIG is not supported.
+   */
+  mig_mode: MigMode | null;
   unsupported: Unsupported;
 }
-
-export interface IDevicesReply {
+export interface MigMode {
+  current: boolean;
+  /**
+   * The mode after the next GPU reset.
+   */
+  pending: boolean;
+}
+/**
+ * Reading name → why it is null (not supported by this GPU or driver, or the read failed), for people.
+ */
+export interface Unsupported {
+  [k: string]: string;
+}
+/**
+ * GET {base_url}api/gpu/telemetry[?since=<unix seconds>]: the latest sample, and the history the server keeps (only samples newer than `since` when given).
+ */
+export interface TelemetryReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * True exactly when `state` is 'ok' (kept for clients that only ask yes or no).
+   */
   available: boolean;
+  state: NvmlState;
+  /**
+   * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
+   */
   reason: string | null;
+  /**
+   * The readings come from the simulated backend (a recording), not from this machine's GPUs.
+   */
   simulated: boolean;
-  driver_version: string | null;
-  cuda_driver_version: string | null;
-  devices: IDevice[];
-}
-
-export interface IProcessMemory {
-  pid: number;
-  used_memory_bytes: number | null;
-}
-
-export interface IGpuSample {
-  index: number;
-  uuid: string;
-  state: 'ok' | 'lost' | 'error';
-  error: string | null;
-  utilization_gpu_percent: number | null;
-  utilization_memory_percent: number | null;
-  memory_used_bytes: number | null;
-  memory_reserved_bytes: number | null;
-  memory_free_bytes: number | null;
-  memory_total_bytes: number | null;
-  temperature_celsius: number | null;
-  fan_speed_percent?: number | null;
-  power_watts: number | null;
-  power_limit_watts: number | null;
-  clock_sm_mhz: number | null;
-  clock_mem_mhz: number | null;
-  pcie_rx_bytes_per_second: number | null;
-  pcie_tx_bytes_per_second: number | null;
-  /** Only in the latest sample; history samples carry no process lists. */
-  processes?: IProcessMemory[];
-  unsupported: Unsupported;
-}
-
-export interface ISample {
-  /** Unix time in seconds. */
-  t: number;
-  gpus: IGpuSample[];
-}
-
-export interface ITelemetryReply {
-  available: boolean;
-  reason: string | null;
-  simulated: boolean;
+  /**
+   * Seconds between samples.
+   */
   interval: number;
+  /**
+   * The server's clock (unix seconds) when it answered.
+   */
   now: number;
-  latest: ISample | null;
-  history: ISample[];
+  /**
+   * The newest sample, with process lists; null until the first sample and unless `state` is 'ok'.
+   */
+  latest: Sample | null;
+  /**
+   * Samples oldest first, without process lists; empty unless `state` is 'ok'.
+   */
+  history: Sample[];
 }
-
-export interface IKernelGpuMemory {
-  gpu_index: number;
-  uuid: string;
+/**
+ * One reading of every GPU.
+ */
+export interface Sample {
+  /**
+   * Unix time in seconds.
+   */
+  t: number;
+  gpus: GpuSample[];
+}
+/**
+ * One GPU in one sample. A GPU in state 'ok' has every reading (null with its reason in `unsupported` when it could not be read); a lost GPU has none.
+ */
+export interface GpuSample {
+  /**
+   * NVML's index of the GPU.
+   */
+  index: number;
+  /**
+   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   */
+  uuid: string | null;
+  state: GpuState;
+  /**
+   * What happened to a lost GPU, for people; null when 'ok'.
+   */
+  error: string | null;
+  /**
+   * Used by processes (NVML memory info v2: without the driver's reserve).
+   */
+  memory_used_bytes?: number | null;
+  /**
+   * Reserved by the driver.
+   */
+  memory_reserved_bytes?: number | null;
+  memory_free_bytes?: number | null;
+  memory_total_bytes?: number | null;
+  /**
+   * Share of time a kernel ran on the GPU.
+   */
+  utilization_gpu_percent?: number | null;
+  /**
+   * Share of time device memory was read or written.
+   */
+  utilization_memory_percent?: number | null;
+  temperature_celsius?: number | null;
+  power_watts?: number | null;
+  /**
+   * The enforced power limit.
+   */
+  power_limit_watts?: number | null;
+  clock_sm_mhz?: number | null;
+  clock_mem_mhz?: number | null;
+  fan_speed_percent?: number | null;
+  /**
+   * Read on a slower cadence than the other fields; null until the first such reading.
+   */
+  pcie_rx_bytes_per_second?: number | null;
+  /**
+   * Read on a slower cadence than the other fields; null until the first such reading.
+   */
+  pcie_tx_bytes_per_second?: number | null;
+  /**
+   * Compute processes on this GPU; only in `latest`. Null when NVML could not list them.
+   */
+  processes?: GpuProcess[] | null;
+  unsupported: Unsupported;
+}
+export interface GpuProcess {
+  /**
+   * As NVML reports it: in a container, possibly another PID namespace's.
+   */
+  pid: number;
+  /**
+   * Null when the driver withholds it.
+   */
   used_memory_bytes: number | null;
+}
+/**
+ * GET {base_url}api/gpu/kernels: this server's kernels with the GPU memory their process trees hold and the PyTorch allocator figures their agents publish, then the GPU processes that are none of its kernels.
+ */
+export interface KernelsReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * True exactly when `state` is 'ok' (kept for clients that only ask yes or no).
+   */
+  available: boolean;
+  state: NvmlState;
+  /**
+   * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
+   */
+  reason: string | null;
+  /**
+   * Every kernel of this server, with or without GPU memory.
+   */
+  kernels: Kernel[];
+  unattributed: UnattributedProcess[];
+  /**
+   * GPU processes of other users left out (the server's show_all_users is off).
+   */
+  hidden_processes: number;
+}
+export interface Kernel {
+  id: string;
+  /**
+   * The kernel spec's name, e.g. 'python3'.
+   */
+  name: string;
+  /**
+   * As jupyter_server reports it, e.g. 'idle' or 'busy'.
+   */
+  execution_state: string | null;
+  /**
+   * The notebook (or file) of the kernel's session; null without a session.
+   */
+  path: string | null;
+  /**
+   * Only local kernels have one.
+   */
+  pid: number | null;
+  /**
+   * Per GPU, memory held by the kernel's process and its descendants.
+   */
+  gpu_memory: KernelGpuMemory[];
+  /**
+   * What the kernel's agent last published; present in states 'ok' and 'no_cuda'.
+   */
+  allocator: AllocatorFigures | null;
+  allocator_state: AllocatorState;
+  /**
+   * Why `allocator_state` is not 'ok', for people; null when it is.
+   */
+  allocator_reason: string | null;
+}
+export interface KernelGpuMemory {
+  gpu_index: number;
+  /**
+   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   */
+  uuid: string | null;
+  used_memory_bytes: number;
   pids: number[];
 }
-
-export interface IAllocatorDevice {
-  index: number;
-  uuid?: string | null;
-  allocated_bytes: number | null;
-  reserved_bytes: number | null;
-  inactive_split_bytes: number | null;
-  /** reserved − allocated: cached by PyTorch, free for its own tensors. */
-  reserved_unallocated_bytes?: number | null;
-  /** inactive_split_bytes / reserved_bytes, 0..1. */
-  fragmentation: number | null;
-  num_alloc_retries?: number | null;
-  num_ooms?: number | null;
-  [extra: string]: unknown;
-}
-
-export interface IAllocator {
+/**
+ * The kernel's stats file as the server validated it.
+ */
+export interface AllocatorFigures {
+  /**
+   * Version of the stats file's format (not of this API).
+   */
+  version: number;
+  kernel_id: string;
+  /**
+   * The process that wrote the file.
+   */
+  pid: number;
+  /**
+   * When it was written (unix seconds).
+   */
+  time: number;
+  /**
+   * Whether PyTorch has initialised CUDA in the kernel.
+   */
   cuda_in_use: boolean;
+  devices: AllocatorDevice[];
   age_seconds: number;
-  devices: IAllocatorDevice[];
 }
-
-export interface IKernel {
-  id: string;
-  name: string;
-  execution_state: string;
-  path: string | null;
-  pid: number | null;
-  gpu_memory: IKernelGpuMemory[];
-  allocator: IAllocator | null;
-  /** Why there are no allocator figures (e.g. jupyter_gpu not loaded in the kernel). */
-  allocator_reason?: string | null;
+/**
+ * PyTorch's caching allocator on one CUDA device of the kernel.
+ */
+export interface AllocatorDevice {
+  /**
+   * The CUDA index in the kernel (cuda:N), which follows CUDA_VISIBLE_DEVICES.
+   */
+  index: number;
+  /**
+   * PyTorch's UUID of the device, with or without NVML's 'GPU-' prefix.
+   */
+  uuid: string | null;
+  /**
+   * In live tensors.
+   */
+  allocated_bytes: number;
+  /**
+   * Held from the driver by the caching allocator.
+   */
+  reserved_bytes: number;
+  active_bytes: number;
+  requested_bytes: number;
+  /**
+   * Free memory trapped in segments that hold live blocks.
+   */
+  inactive_split_bytes: number;
+  /**
+   * reserved − allocated: cached by PyTorch, free for its own tensors.
+   */
+  reserved_unallocated_bytes: number;
+  /**
+   * inactive_split_bytes / reserved_bytes: memory empty_cache() cannot return.
+   */
+  fragmentation: number | null;
+  num_alloc_retries: number;
+  num_ooms: number;
+  peak_allocated_bytes: number;
+  /**
+   * Per pool, from the last allocator snapshot; null before one was taken.
+   */
+  largest_free_block_bytes: PoolSizes | null;
+  segments: number | null;
+  snapshot_time: number | null;
+  expandable_segments: boolean | null;
 }
-
-export interface IUnattributed {
+export interface PoolSizes {
+  large: number;
+  small: number;
+}
+/**
+ * A GPU process that is no kernel of this server (or whose PID cannot be checked here, e.g. in a container).
+ */
+export interface UnattributedProcess {
   pid: number;
   gpu_index: number;
-  uuid: string;
+  /**
+   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   */
+  uuid: string | null;
+  /**
+   * Null when the driver withholds it.
+   */
   used_memory_bytes: number | null;
   user: string | null;
   command: string | null;
-}
-
-export interface IKernelsReply {
-  available: boolean;
-  reason: string | null;
-  kernels: IKernel[];
-  unattributed: IUnattributed[];
-  hidden_processes: number;
 }

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 
 import {
   busiestGpu,
+  deviceFor,
   gpuIndexForUuid,
   holders,
   kernelLabel,
@@ -14,11 +15,18 @@ import {
   seriesMax
 } from '../shape';
 import { statusText } from '../summary';
-import type { IGpuSample, IKernel, IKernelsReply, ISample } from '../types';
+import type {
+  AllocatorFigures,
+  Device,
+  GpuSample,
+  Kernel,
+  KernelsReply,
+  Sample
+} from '../types';
 
 const GiB = 1024 ** 3;
 
-function gpu(index: number, over: Partial<IGpuSample> = {}): IGpuSample {
+function gpu(index: number, over: Partial<GpuSample> = {}): GpuSample {
   return {
     index,
     uuid: `GPU-${index}`,
@@ -42,7 +50,7 @@ function gpu(index: number, over: Partial<IGpuSample> = {}): IGpuSample {
   };
 }
 
-function sample(t: number, gpus: IGpuSample[]): ISample {
+function sample(t: number, gpus: GpuSample[]): Sample {
   return { t, gpus };
 }
 
@@ -126,21 +134,34 @@ describe('series and linePath', () => {
   ];
 
   it('follows one GPU by UUID, with gaps for missing readings', () => {
-    const pts = series(history, 'GPU-0', 'utilization_gpu_percent');
+    const pts = series(history, gpu(0), 'utilization_gpu_percent');
     assert.deepEqual(
       pts.map(p => p.v),
       [0, 50, null, 100, null]
     );
     assert.deepEqual(
-      series(history, 'GPU-1', 'utilization_gpu_percent').map(p => p.v),
+      series(history, gpu(1), 'utilization_gpu_percent').map(p => p.v),
       [0, null, null, null, null]
     );
     assert.equal(seriesMax(pts), 100);
     assert.equal(seriesMax([]), null);
   });
 
+  it('follows a GPU whose UUID NVML could not read by its index', () => {
+    const blind = [
+      sample(100, [gpu(0, { uuid: null, memory_used_bytes: 1 }), gpu(1, { uuid: null })]),
+      sample(101, [gpu(1, { uuid: null }), gpu(0, { uuid: null, memory_used_bytes: 2 })])
+    ];
+    assert.deepEqual(
+      series(blind, { index: 0, uuid: null }, 'memory_used_bytes').map(p => p.v),
+      [1, 2]
+    );
+    const devices = [1, 0].map(index => ({ index, uuid: null }) as Device);
+    assert.equal(deviceFor(devices, { index: 0, uuid: null }), devices[1]);
+  });
+
   it('draws a path in the frame, lifting the pen over gaps', () => {
-    const pts = series(history, 'GPU-0', 'utilization_gpu_percent');
+    const pts = series(history, gpu(0), 'utilization_gpu_percent');
     const frame = { t0: 100, t1: 104, yMin: 0, yMax: 100, width: 40, height: 10 };
     assert.equal(linePath(pts, frame), 'M0 10 L10 5 M30 0');
   });
@@ -158,7 +179,7 @@ describe('series and linePath', () => {
   });
 });
 
-function kernel(over: Partial<IKernel> = {}): IKernel {
+function kernel(over: Partial<Kernel> = {}): Kernel {
   return {
     id: 'abcdef12-3456',
     name: 'python3',
@@ -167,6 +188,21 @@ function kernel(over: Partial<IKernel> = {}): IKernel {
     pid: 4242,
     gpu_memory: [],
     allocator: null,
+    allocator_state: 'no_stats',
+    allocator_reason: 'no stats file: jupyter_gpu is not loaded in this kernel',
+    ...over
+  };
+}
+
+function kernelsReply(kernels: Kernel[], over: Partial<KernelsReply> = {}): KernelsReply {
+  return {
+    version: 1,
+    available: true,
+    state: 'ok',
+    reason: null,
+    kernels,
+    unattributed: [],
+    hidden_processes: 0,
     ...over
   };
 }
@@ -178,10 +214,8 @@ describe('who holds GPU memory', () => {
   });
 
   it('lists kernels holding memory on the selected GPUs, largest first, then processes', () => {
-    const reply: IKernelsReply = {
-      available: true,
-      reason: null,
-      kernels: [
+    const reply = kernelsReply(
+      [
         kernel({ id: 'a', gpu_memory: [] }),
         kernel({
           id: 'b',
@@ -195,12 +229,14 @@ describe('who holds GPU memory', () => {
           ]
         })
       ],
-      unattributed: [
-        { pid: 7, gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: GiB, user: null, command: null },
-        { pid: 8, gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: 2 * GiB, user: 'x', command: 'python' }
-      ],
-      hidden_processes: 3
-    };
+      {
+        unattributed: [
+          { pid: 7, gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: GiB, user: null, command: null },
+          { pid: 8, gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: 2 * GiB, user: 'x', command: 'python' }
+        ],
+        hidden_processes: 3
+      }
+    );
     const all = holders(reply);
     assert.deepEqual(
       all.kernels.map(k => k.id),
@@ -219,6 +255,32 @@ describe('who holds GPU memory', () => {
     assert.deepEqual(
       gpu0.unattributed.map(u => u.pid),
       [8]
+    );
+  });
+
+  it('lists a kernel with allocator figures even while it holds no GPU memory', () => {
+    const figures: AllocatorFigures = {
+      version: 1,
+      kernel_id: 'figures',
+      pid: 4242,
+      time: 1764460800,
+      cuda_in_use: true,
+      devices: [],
+      age_seconds: 1
+    };
+    const reply = kernelsReply([
+      kernel({ id: 'figures', allocator: figures, allocator_state: 'ok', allocator_reason: null }),
+      kernel({
+        id: 'no-cuda',
+        allocator: { ...figures, cuda_in_use: false },
+        allocator_state: 'no_cuda',
+        allocator_reason: 'PyTorch has not initialised CUDA in this kernel'
+      }),
+      kernel({ id: 'not-loaded' })
+    ]);
+    assert.deepEqual(
+      holders(reply).kernels.map(k => k.id),
+      ['figures']
     );
   });
 
