@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 
 from ...analysis.units import format_bytes
 from ...nvml.reasons import problem_of_kind
+from ...nvml.visible import parse_visible_devices
 from .facts import Facts, TorchInfo
 from .nvmlinfo import NvmlDevice
 
@@ -221,23 +222,8 @@ def check_driver_cuda(f: Facts) -> Check | None:
                  f"driver supports CUDA {_cuda_text(have)}; torch needs {t.cuda}")
 
 
-def parse_visible_devices(value: str, devices: list[NvmlDevice] | None) -> tuple[list[str], str | None]:
-    """The entries CUDA will use, and why it stopped early (it ignores everything after a bad one)."""
-    uuids = [d.uuid for d in devices or [] if d.uuid]
-    used: list[str] = []
-    for token in (t.strip() for t in value.split(",")):
-        if re.fullmatch(r"-?\d+", token):
-            if int(token) < 0:
-                return used, f"'{token}' hides every entry after it"
-            if devices is not None and int(token) >= len(devices):
-                return used, f"there is no GPU {token} (this machine has {len(devices)})"
-        elif token.startswith("GPU-"):
-            if uuids and not any(u.startswith(token) for u in uuids):
-                return used, f"no GPU's UUID starts with '{token}'"
-        elif not token.startswith("MIG-"):
-            return used, f"'{token}' is neither a GPU index nor a UUID"
-        used.append(token)
-    return used, None
+def _uuids(devices: list[NvmlDevice]) -> list[str | None]:
+    return [d.uuid for d in devices]
 
 
 def check_visible_devices(f: Facts) -> Check | None:
@@ -250,7 +236,7 @@ def check_visible_devices(f: Facts) -> Check | None:
     if not value.strip():
         return Check("visible_devices", title, Status.FAIL,
                      "CUDA_VISIBLE_DEVICES is set to an empty string, so CUDA sees no GPU", fix=VISIBLE_FIX)
-    used, problem = parse_visible_devices(value, f.nvml.devices if _driver_ok(f) else None)
+    used, problem = parse_visible_devices(value, _uuids(f.nvml.devices) if _driver_ok(f) else None)
     if not used:
         return Check("visible_devices", title, Status.FAIL,
                      f"CUDA_VISIBLE_DEVICES={value!r} selects no GPU: {problem}", fix=VISIBLE_FIX)
@@ -285,7 +271,7 @@ def _visible_gpus(f: Facts) -> list[tuple[str, tuple[int, int]]]:
     value = f.env.get("CUDA_VISIBLE_DEVICES")
     devices = f.nvml.devices if f.nvml.error_kind is None else []
     if value is not None:
-        used, _ = parse_visible_devices(value, devices)
+        used, _ = parse_visible_devices(value, _uuids(devices))
         indices = {int(t) for t in used if t.isdigit()}
         devices = [d for d in devices if d.index in indices or any(d.uuid and d.uuid.startswith(t) for t in used)]
     return [(d.name or "GPU", d.capability) for d in devices if d.capability]
