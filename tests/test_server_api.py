@@ -26,10 +26,12 @@ VALIDATORS = {route: Draft202012Validator({"$ref": f"{route}.schema.json"}, regi
 
 
 def check_reply(route: str, body: dict) -> None:
-    """The reply follows its route's schema, and says yes or no as its state does."""
+    """The reply follows its route's schema, says yes or no as its state does, and names a
+    problem exactly when NVML is unavailable."""
     error = best_match(VALIDATORS[route].iter_errors(body))
     assert error is None, f"the {route} reply breaks its schema at {error.json_path}: {error.message}"
     assert body["available"] == (body["state"] == "ok"), body
+    assert (body["problem"] is None) == (body["state"] != "unavailable"), body
 
 
 async def get(jp_fetch, route: str, **params) -> dict:

@@ -53,12 +53,12 @@ async def test_driver_unloaded_mid_run_then_back(jp_fetch, gpu_monitor, caplog):
         return body if not body["available"] else None
 
     body = await wait_for(down)
-    assert body["state"] == "unavailable"
+    assert body["state"] == "unavailable" and body["problem"] == "driver_not_loaded"
     assert "not loaded" in body["reason"] and "modprobe" in body["reason"]
     assert body["latest"] is None
     for route in ("devices", "kernels"):
         other = await get(jp_fetch, route)
-        assert other["state"] == "unavailable" and "not loaded" in other["reason"]
+        assert other["problem"] == "driver_not_loaded" and "not loaded" in other["reason"]
     nvml.clear_faults()
 
     async def up():
@@ -123,7 +123,7 @@ class TestNoDriver:
     @pytest.mark.parametrize("route", ["devices", "telemetry", "kernels"])
     async def test_every_route_answers_with_an_actionable_reason(self, jp_fetch, gpu_monitor, route, caplog):
         body = await wait_for(lambda: _settled(get(jp_fetch, route)))
-        assert body["state"] == "unavailable"
+        assert body["state"] == "unavailable" and body["problem"] == "library_not_found"
         assert "No NVIDIA driver found" in body["reason"] and "Install the NVIDIA driver" in body["reason"]
         no_tracebacks(caplog)
 
@@ -153,6 +153,7 @@ class TestRealNvmlWithoutGpu:
             "version": VERSION,
             "available": False,
             "state": "unavailable",
+            "problem": body["problem"],  # which one depends on what this machine lacks
             "reason": body["reason"],
             "simulated": False,
             "driver_version": None,

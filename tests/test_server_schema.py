@@ -16,6 +16,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from conftest import FIXTURES
+from jupyter_gpu.nvml.reasons import PROBLEMS, problem_of_kind
 from jupyter_gpu.server.kernel_stats import AllocatorState
 from jupyter_gpu.server.sampler import NvmlState, Status
 from jupyter_gpu.server.schema import SCHEMA_DIR, load
@@ -36,14 +37,17 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(path):
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_reply_must_carry_the_schema_version_and_nvml_state(route):
     schema = load(route)
-    for field in ("version", "state", "reason"):
+    for field in ("version", "state", "problem", "reason"):
         assert field in schema["required"]
     assert schema["properties"]["version"] == {"$ref": "common.schema.json#/$defs/version"}
     assert schema["properties"]["state"] == {"$ref": "common.schema.json#/$defs/nvml_state"}
+    assert schema["properties"]["problem"] == {"$ref": "common.schema.json#/$defs/nvml_problem"}
 
 
 def test_the_schemas_list_the_states_the_server_has():
     assert list(get_args(NvmlState)) == load("common")["$defs"]["nvml_state"]["enum"]
+    other = problem_of_kind("other", "detail").kind
+    assert load("common")["$defs"]["nvml_problem"]["enum"] == [*PROBLEMS, other, None]
     assert list(get_args(AllocatorState)) == load("kernels")["$defs"]["allocator_state"]["enum"]
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.processes import ProcessMeta, ProcessTable
+from ..nvml.reasons import Problem, problem_of_kind
 
 SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 # What the API's `state` says about NVML (common.schema.json's nvml_state lists the same values).
@@ -43,12 +44,17 @@ class Sample:
 
 @dataclass
 class Status:
-    """Whether NVML works: ``state`` for programs, ``reason`` (None when ok) for people."""
+    """Whether NVML works: ``state`` for programs, ``reason`` (None when ok) for people.
+
+    ``problem`` is what keeps an unavailable NVML from working, as the one error table names it
+    (``nvml.reasons.Problem.kind``).
+    """
 
     state: NvmlState = "starting"
     reason: str | None = "GPU sampling has not started yet."
     system: dict[str, Any] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
+    problem: str | None = None
 
     @property
     def available(self) -> bool:
@@ -158,18 +164,23 @@ class Sampler:
             for index in range(count):
                 values, unsupported = reader.device_info(index)
                 devices.append({**values, "unsupported": unsupported})
-        except (NvmlUnavailable, GpuLost) as error:
-            reader.close()
-            reason = getattr(error, "reason", str(error))
-            if reason != self._status.reason:
-                self.log.info("jupyter_gpu: no usable GPU: %s", reason)
-            with self._lock:
-                self._status = Status("unavailable", reason)
+        except NvmlUnavailable as error:
+            self._unusable(reader, error.problem)
+            return False
+        except GpuLost as error:  # a GPU that cannot be opened has no entry of its own in the table
+            self._unusable(reader, problem_of_kind("other", str(error)))
             return False
         with self._lock:
             self._status = Status("ok", None, system, devices)
         self.log.info("jupyter_gpu: sampling %d GPU(s) every %ss", len(devices), self.interval)
         return True
+
+    def _unusable(self, reader: NvmlReader, problem: Problem) -> None:
+        reader.close()
+        if problem.sentence != self._status.reason:
+            self.log.info("jupyter_gpu: no usable GPU: %s", problem.sentence)
+        with self._lock:
+            self._status = Status("unavailable", problem.sentence, problem=problem.kind)
 
     def _sample(self, reader: NvmlReader, table: ProcessTable) -> None:
         gpus = []
@@ -180,7 +191,7 @@ class Sampler:
         except NvmlUnavailable as error:
             self.log.warning("jupyter_gpu: NVML stopped working: %s", error.reason)
             with self._lock:
-                self._status = Status("unavailable", error.reason)
+                self._status = Status("unavailable", error.reason, problem=error.problem.kind)
             return
         pids = {p["pid"] for gpu in gpus for p in gpu.get("processes") or ()}
         meta = table.lookup(pids)

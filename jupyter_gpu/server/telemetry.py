@@ -12,11 +12,12 @@ from .schema import VERSION
 
 
 def header(status: Status) -> dict[str, Any]:
-    """What every reply starts with: the schema version and NVML's state, as enum and sentence."""
+    """What every reply starts with: the schema version and NVML's state, as enums and sentence."""
     return {
         "version": VERSION,
         "available": status.available,
         "state": status.state,
+        "problem": status.problem,
         "reason": status.reason,
     }
 

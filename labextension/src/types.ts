@@ -4,9 +4,20 @@
  */
 
 /**
- * Whether the server can read its GPUs through NVML: 'starting' before the first attempt, 'ok', or 'unavailable' (no driver, driver not loaded, no GPU, no permission...; `reason` says which and what to do).
+ * Whether the server can read its GPUs through NVML: 'starting' before the first attempt, 'ok', or 'unavailable' (`problem` says why, `reason` says it to people with what to do).
  */
 export type NvmlState = 'starting' | 'ok' | 'unavailable';
+/**
+ * What keeps NVML from working, as the one error table (jupyter_gpu/nvml/reasons.py) names it: no driver library, driver not loaded, no permission on /dev/nvidia*, kernel module and library versions differ, no GPU, or 'other'. Null unless `state` is 'unavailable'; `reason` is the same entry's sentence.
+ */
+export type NvmlProblem =
+  | 'library_not_found'
+  | 'driver_not_loaded'
+  | 'no_permission'
+  | 'version_mismatch'
+  | 'no_devices'
+  | 'other'
+  | null;
 /**
  * 'ok', or 'lost': the GPU stopped answering (fell off the bus, needs a reset).
  */
@@ -38,6 +49,7 @@ export interface DevicesReply {
    */
   available: boolean;
   state: NvmlState;
+  problem: NvmlProblem;
   /**
    * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
    */
@@ -110,6 +122,7 @@ export interface TelemetryReply {
    */
   available: boolean;
   state: NvmlState;
+  problem: NvmlProblem;
   /**
    * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
    */
@@ -226,6 +239,7 @@ export interface KernelsReply {
    */
   available: boolean;
   state: NvmlState;
+  problem: NvmlProblem;
   /**
    * Why `state` is not 'ok', for people: what is wrong and how to fix it. Null when it is 'ok'. Show it, never parse it: `state` is for programs.
    */

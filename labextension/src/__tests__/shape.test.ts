@@ -199,6 +199,7 @@ function kernelsReply(kernels: Kernel[], over: Partial<KernelsReply> = {}): Kern
     version: 1,
     available: true,
     state: 'ok',
+    problem: null,
     reason: null,
     kernels,
     unattributed: [],
