@@ -50,7 +50,7 @@ def main() -> None:
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        from jupyter_gpu.kernel.doctor import diagnose
+        from jupyter_gpu.doctor import diagnose
 
         print(f"no GPU for --device cuda. {diagnose(check_server=False).verdict}")
         return

@@ -149,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     workloads = args.workloads.split(",")
 
-    from jupyter_gpu.kernel.doctor import diagnose
+    from jupyter_gpu.doctor import diagnose
 
     report = diagnose(check_server=False)
     if not report.cuda_ready:

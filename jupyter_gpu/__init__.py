@@ -1,9 +1,12 @@
 """jupyter_gpu: GPU-aware Jupyter notebooks.
 
 Three sides, three subpackages: ``server`` (jupyter_server extension: NVML sampler, REST,
-Prometheus), ``kernel`` (IPython magics and the kernel agent), and the JupyterLab frontend
-(TypeScript under ``labextension/`` in the source tree, shipped prebuilt). ``nvml`` and
-``analysis`` hold the pieces both sides share; nothing here imports torch at import time.
+Prometheus), ``kernel`` (the IPython side: magics and the kernel agent), and the JupyterLab
+frontend (TypeScript under ``labextension/`` in the source tree, shipped prebuilt). What they
+share is plain library code: ``nvml`` (the reader, its error table, process facts, visible GPUs),
+``analysis`` (pure functions, units), ``doctor`` and ``warmup`` (which the magics and the
+``cli`` run). Nothing here imports torch at import time; ``tests/test_layering.py`` holds the
+import rules.
 """
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpu.client import Server
-from jupyter_gpu.kernel.doctor import Status, diagnose, evaluate
-from jupyter_gpu.kernel.doctor.checks import arch_support, choose_build, parse_alloc_conf
-from jupyter_gpu.kernel.doctor.facts import Facts, ShmInfo, TorchInfo, gather, read_torch
-from jupyter_gpu.kernel.doctor.nvmlinfo import NvmlDevice, NvmlInfo
-from jupyter_gpu.kernel.doctor.servers import ServerProbe, probe_servers
+from jupyter_gpu.doctor import Status, diagnose, evaluate
+from jupyter_gpu.doctor.checks import arch_support, choose_build, parse_alloc_conf
+from jupyter_gpu.doctor.facts import Facts, ShmInfo, TorchInfo, gather, read_torch
+from jupyter_gpu.doctor.nvmlinfo import NvmlDevice, NvmlInfo
+from jupyter_gpu.doctor.servers import ServerProbe, probe_servers
 
 READINGS = json.loads((Path(__file__).parent / "fixtures" / "nvml_readings_2gpu.json").read_text())
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
@@ -486,16 +486,16 @@ def test_servers_are_asked_over_http_with_their_token(api_server):
 def ip():
     from IPython.testing.globalipapp import get_ipython
 
-    from jupyter_gpu.kernel.doctor import magic
+    from jupyter_gpu.kernel import doctor_magic
 
     shell = get_ipython()
-    undo = magic.register(shell)
+    undo = doctor_magic.register(shell)
     yield shell
     undo()
 
 
 def test_magic_prints_json_and_text(ip, capsys, monkeypatch):
-    from jupyter_gpu.kernel.doctor import magic
+    from jupyter_gpu.kernel import doctor_magic
 
     facts = healthy()
     facts.torch = CPU_TORCH
@@ -505,7 +505,7 @@ def test_magic_prints_json_and_text(ip, capsys, monkeypatch):
         seen.update(kwargs)
         return evaluate(facts)
 
-    monkeypatch.setattr(magic, "diagnose", fake_diagnose)
+    monkeypatch.setattr(doctor_magic, "diagnose", fake_diagnose)
     ip.run_line_magic("gpu_doctor", "--json --no-server")
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"].startswith("No GPU: torch 2.13.0+cpu is a CPU-only build")
@@ -518,10 +518,10 @@ def test_magic_prints_json_and_text(ip, capsys, monkeypatch):
 def test_unregister_removes_the_magic():
     from IPython.testing.globalipapp import get_ipython
 
-    from jupyter_gpu.kernel.doctor import magic
+    from jupyter_gpu.kernel import doctor_magic
 
     shell = get_ipython()
-    undo = magic.register(shell)
+    undo = doctor_magic.register(shell)
     assert "gpu_doctor" in shell.magics_manager.magics["line"]
     undo()
     assert "gpu_doctor" not in shell.magics_manager.magics["line"]
@@ -531,7 +531,7 @@ def test_unregister_removes_the_magic():
 def test_importing_the_doctor_imports_neither_torch_nor_ipython():
     import subprocess
 
-    code = ("import sys, jupyter_gpu.kernel.doctor as d; "
+    code = ("import sys, jupyter_gpu.doctor as d; "
             "print(sorted(m for m in ('torch', 'IPython') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent).stdout

@@ -6,7 +6,7 @@ import pynvml
 import pytest
 
 from conftest import READINGS
-from jupyter_gpu.kernel.doctor.nvmlinfo import read_nvml
+from jupyter_gpu.doctor.nvmlinfo import read_nvml
 from jupyter_gpu.nvml import NvmlReader, NvmlUnavailable
 from jupyter_gpu.nvml.reasons import PROBLEMS
 from jupyter_gpu.nvml.simulated import SimulatedNVML

@@ -15,7 +15,8 @@ from IPython.core.error import UsageError
 
 torch = pytest.importorskip("torch")
 
-from jupyter_gpu.kernel import warmup  # noqa: E402 -- only with torch present
+from jupyter_gpu import warmup  # noqa: E402 -- only with torch present
+from jupyter_gpu.kernel import warmup_magic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -27,7 +28,7 @@ def ip():
     from IPython.testing.globalipapp import get_ipython
 
     shell = get_ipython()
-    undo = warmup.register(shell)
+    undo = warmup_magic.register(shell)
     yield shell
     undo()
 
@@ -65,14 +66,14 @@ def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
     ("text", "devices"), [(None, [1]), ("all", [0, 1]), ("1,0", [1, 0]), ("1, 1", [1])]
 )
 def test_devices_option(text, devices):
-    assert warmup._parse_devices(text, fake_cuda(current=1)) == devices
+    assert warmup_magic._parse_devices(text, fake_cuda(current=1)) == devices
 
 
 @pytest.mark.parametrize("text", ["2", "x", "-1", ","])
 def test_bad_devices_name_the_valid_range(text):
     with pytest.raises(UsageError, match=r"give GPU indices from 0 to 1 separated by commas, or 'all' "
                                          r"\(this kernel sees 2 GPUs\)"):
-        warmup._parse_devices(text, fake_cuda())
+        warmup_magic._parse_devices(text, fake_cuda())
 
 
 def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(monkeypatch):
@@ -128,7 +129,7 @@ def test_undo_removes_the_magic():
     from IPython.testing.globalipapp import get_ipython
 
     shell = get_ipython()
-    undo = warmup.register(shell)
+    undo = warmup_magic.register(shell)
     assert "gpu_warmup" in shell.magics_manager.magics["line"]
     undo()
     assert "gpu_warmup" not in shell.magics_manager.magics["line"]

@@ -20,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..kernel.doctor import Status, diagnose
+    from ..doctor import Status, diagnose
 
     # torch is asked in a child process, exactly as in a kernel: a broken torch cannot crash this.
     report = diagnose(check_server=not args.no_server)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.units import format_bytes
-from ..kernel.doctor import no_gpu_reason
+from ..doctor import no_gpu_reason
 from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print_json
 
 SIZE = 512

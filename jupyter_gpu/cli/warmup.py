@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..kernel.doctor import no_gpu_reason
+from ..doctor import no_gpu_reason
+from ..warmup import parse_devices, warm_up
 from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print_json
 
 
@@ -28,8 +29,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def devices_option(text: str, count: int) -> list[int]:
-    from ..kernel.warmup import parse_devices
-
     try:
         return parse_devices(text, count)
     except ValueError as error:
@@ -44,8 +43,6 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_NO_GPU
         raise CliError(f"nothing to warm. {reason}. Run `jupyter gpu doctor` for the fix.", EXIT_NO_GPU)
     import torch
-
-    from ..kernel.warmup import warm_up
 
     report = warm_up(devices_option(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
     failed = any(step.error for section in report.sections for step in section.steps)

@@ -28,7 +28,7 @@ from traitlets.config import Configurable
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
 from ..analysis.stats_file import MAX_BYTES, VERSION, device_record, file_name
 from ..runtime_dir import RefusedFile, connection_file, read_own_file
-from .torch_state import nvml_uuid, snapshot_segments, torch_in_use
+from ..torch_state import nvml_uuid, snapshot_segments, torch_in_use
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from ..analysis.units import format_bytes
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
 from .segment_map import segment_map_svg
-from .torch_state import nvml_uuid, torch_in_use
+from ..torch_state import nvml_uuid, torch_in_use
 
 if TYPE_CHECKING:
-    from .gpu_memory import DeviceView
+    from ..nvml.holders import DeviceView
 
 NO_CUDA = (
     "This kernel has not initialised CUDA, so it holds no GPU memory. jupyter_gpu never "

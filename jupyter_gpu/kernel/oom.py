@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..analysis.fragmentation import advise, expandable_segments_configured
 from ..analysis.oom_message import parse_oom_message
 from ..analysis.units import format_bytes
-from .torch_state import nvml_uuid, torch_in_use
+from ..torch_state import nvml_uuid, torch_in_use
 
 MAX_HOLDERS = 5
 

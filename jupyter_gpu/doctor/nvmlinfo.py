@@ -57,7 +57,7 @@ def _version(text: str | None) -> tuple[int, int] | None:
 def read_nvml(backend: Any = None) -> NvmlInfo:
     """Open NVML (``backend``: pynvml unless given), read the driver and every GPU, close it."""
     try:
-        from ...nvml import GpuLost, NvmlReader, NvmlUnavailable
+        from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
     except ImportError as error:  # nvidia-ml-py is missing from this environment
         return NvmlInfo(error_kind="missing_bindings", error=str(error))
     reader = NvmlReader() if backend is None else NvmlReader(backend)

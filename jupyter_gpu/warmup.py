@@ -1,11 +1,14 @@
-"""``%gpu_warmup`` and ``%%gpu_warmup``: pay CUDA's one-time start-up costs before the first real step.
+"""The warm-up: pay CUDA's one-time start-up costs before the first real step.
 
 Under lazy module loading each kernel family loads on first use; cuBLAS, cuBLASLt, cuDNN and
 attention build handles and choose algorithms on their first call; the first optimizer
 constructor imports ``torch._dynamo`` (seconds of CPU). A warm-up moves those costs to a moment
 the user picks: it does not remove them, and it cannot load the kernels of a particular model,
-which is what the cell form (run the user's own step once) is for.
+which is what ``%%gpu_warmup``'s cell form (run the user's own step once) is for.
 It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times larger.
+
+Plain library code (no IPython): ``%gpu_warmup`` (``kernel/warmup_magic.py``) and
+``jupyter gpu warmup`` both run these steps.
 """
 from __future__ import annotations
 
@@ -15,17 +18,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Callable
 
-from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.display import display
-
-from ..analysis.units import format_bytes
-from .cellexec import run_source
-from .doctor import no_gpu_reason
-from .extension import unregister_magics
-from .magic_args import parse as parse_args
+from .analysis.units import format_bytes
 
 # Warmth belongs to the process (CUDA state is per process), not to one extension load.
 _first_warmup_ms: dict[int, float] = {}
@@ -171,7 +164,7 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
 
 def _process_memory(torch: Any, index: int) -> int | None:
     """This process's memory on the GPU as NVML counts it (context included), if NVML can say."""
-    from .gpu_memory import device_view
+    from .nvml.holders import device_view
     from .torch_state import nvml_uuid
 
     uuid = nvml_uuid(torch, index)
@@ -236,83 +229,3 @@ def parse_devices(text: str, count: int) -> list[int]:
             f"--devices {text!r}: give GPU indices from 0 to {count - 1} separated by commas, or 'all'"
         )
     return list(dict.fromkeys(int(t) for t in indices))
-
-
-def _parse_devices(text: str | None, torch: Any) -> list[int]:
-    """The magic's reading of ``--devices``: this kernel's current GPU when none is given."""
-    if text is None:
-        return [torch.cuda.current_device()]
-    count = torch.cuda.device_count()
-    try:
-        return parse_devices(text, count)
-    except ValueError as error:
-        raise UsageError(f"{error} (this kernel sees {count} GPU{'s' if count != 1 else ''}).") from None
-
-
-@magics_class
-class WarmupMagics(Magics):
-    @magic_arguments()
-    @argument("--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)")
-    @argument("--nccl", action="store_true", help="also start an NCCL communicator (in this process only)")
-    @argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
-    @argument("--repeat", type=int, default=1, help="cell form: warm runs after the cold one (default 1)")
-    @argument("--quiet", action="store_true", help="print one line instead of the table")
-    @line_cell_magic
-    def gpu_warmup(self, line: str, cell: str | None = None) -> None:
-        """Pay CUDA's start-up costs now, so that the first real step is not mysteriously slow.
-
-        ``%gpu_warmup [--devices 0,1|all] [--nccl] [--compile] [--quiet]`` runs, per device: the
-        CUDA context, elementwise/reduction/RNG kernels, a matmul in each dtype, a linear layer
-        with bias, conv2d + batchnorm in fp32 and under bf16 autocast, scaled-dot-product
-        attention, and a tiny backward pass with an AdamW step; then shows what each cost. A
-        second call is near free and says so.
-
-        ``%%gpu_warmup [--repeat N]`` runs the cell itself once cold and N times warm (write it
-        so that running it more than once is harmless, e.g. a step on a dummy batch): the only
-        way to load the kernels of your own model. It reports the cold and warm times.
-
-        Without a usable GPU it prints the doctor's one-line verdict and does nothing else.
-        After a warm-up CUDA is initialised in this kernel, as after any CUDA call.
-        """
-        __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
-        args = parse_args(self.gpu_warmup, line)
-        if args.repeat < 1:
-            raise UsageError("--repeat must be 1 or more.")
-        reason = no_gpu_reason()
-        if reason is not None:
-            print(f"gpu_warmup: nothing to warm. {reason}. Run %gpu_doctor for the fix.")
-            return
-        import torch
-
-        devices = _parse_devices(args.devices, torch)
-        if cell is None:
-            report = warm_up(devices, nccl=args.nccl, compile=args.compile)
-        else:
-            report = WarmupReport([self._time_cell(torch, cell, devices, args.repeat)])
-        if args.quiet:
-            print(report.summary())
-        else:
-            display(report)
-
-    def _time_cell(self, torch: Any, cell: str, devices: list[int], repeat: int) -> Section:
-        __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
-
-        def run() -> float:
-            start = time.perf_counter()
-            run_source(self.shell, cell)
-            for d in devices:
-                torch.cuda.synchronize(d)
-            return (time.perf_counter() - start) * 1e3
-
-        section = Section("cell", has_total=False)
-        cold = run()
-        warm = min(run() for _ in range(repeat))
-        section.steps = [Step("first run (cold)", cold), Step(f"best of {repeat} warm run(s)", warm)]
-        section.notes.append(f"start-up cost paid now: {max(cold - warm, 0):,.0f} ms")
-        return section
-
-
-def register(ipython: InteractiveShell) -> Callable[[], None]:
-    magics = WarmupMagics(ipython)
-    ipython.register_magics(magics)
-    return lambda: unregister_magics(ipython, magics)

@@ -1,8 +1,9 @@
 """Why can't torch use a GPU here? ``diagnose()`` answers without creating a CUDA context.
 
-Used by ``%gpu_doctor``, by ``%gpu_warmup`` when there is nothing to warm, and by anything else
-that needs the one-line verdict (the sidebar, a CLI). Importing this package imports neither
-torch nor IPython.
+Plain library code, used by ``%gpu_doctor`` (``kernel/doctor_magic.py``), ``jupyter gpu doctor``,
+by the warm-up and preflight when there is nothing to warm, and by anything else that needs the
+one-line verdict (the server may call it too). Importing this package imports neither torch nor
+IPython, nor pynvml (whose absence is one of its findings).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ...client import Server, ServerError, discover
+from ..client import Server, ServerError, discover
 
 ROUTE = "api/gpu/devices"
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Iterable
 
-from ...analysis.units import format_bytes
-from ...nvml.reasons import problem_of_kind
-from ...nvml.visible import parse_visible_devices
+from ..analysis.units import format_bytes
+from ..nvml.reasons import problem_of_kind
+from ..nvml.visible import parse_visible_devices
 from .facts import Facts, TorchInfo
 from .nvmlinfo import NvmlDevice
 

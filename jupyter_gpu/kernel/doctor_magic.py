@@ -1,4 +1,5 @@
-"""``%gpu_doctor``: the checklist in a notebook (HTML), a terminal (text) or for programs (JSON)."""
+"""``%gpu_doctor``: the doctor's checklist (``jupyter_gpu.doctor``) in a notebook (HTML), a
+terminal (text) or for programs (JSON)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -8,9 +9,9 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..extension import unregister_magics
-from ..magic_args import parse as parse_args
-from . import diagnose
+from ..doctor import diagnose
+from .extension import unregister_magics
+from .magic_args import parse as parse_args
 
 
 @magics_class
