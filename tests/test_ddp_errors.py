@@ -5,6 +5,8 @@ import os
 
 from jupyter_gpu.kernel.ddp import errors
 from jupyter_gpu.kernel.ddp.errors import DDPError, capture, cell_filename, render
+from jupyter_gpu.kernel.ddp.gang import Collected, Death
+from jupyter_gpu.kernel.ddp.report import error_for
 
 CELL = """%%ddp_launch -n 2
 import math
@@ -79,3 +81,25 @@ def test_error_shows_its_lines_instead_of_a_kernel_traceback() -> None:
 def test_interrupt_is_a_keyboard_interrupt() -> None:
     assert issubclass(errors.DDPInterrupted, KeyboardInterrupt)
     assert issubclass(errors.DDPInterrupted, DDPError)
+
+
+def _death(signal_name: str | None, exitcode: int, message: str = "") -> Death:
+    return Death(rank=1, pid=4242, exitcode=exitcode, signal_name=signal_name, message=message,
+                 stderr_tail=["about to die"])
+
+
+def test_a_rank_that_raised_is_shown_by_its_exception_however_it_then_died() -> None:
+    traceback = ('Traceback (most recent call last):\n  File "/w/train.py", line 8, in <module>\n'
+                 '    raise RuntimeError("script failed")\nRuntimeError: script failed\n')
+    err = error_for(Collected(death=_death("SIGABRT", -6, traceback)), [0, 1], "", "", None)
+    text = "".join(err.lines)
+    assert str(err) == "rank 1: RuntimeError: script failed"
+    assert text.startswith("Error on rank 1 (pid 4242):\nTraceback (most recent call last):\n")
+    assert text.endswith("RuntimeError: script failed\n(rank 1 then was killed by SIGABRT)\n\n(rank 0 stopped)\n")
+
+
+def test_a_rank_killed_without_raising_is_shown_by_its_signal_and_last_words() -> None:
+    err = error_for(Collected(death=_death("SIGKILL", -9)), [0, 1], "", "", None, stopped=False)
+    assert str(err) == "rank 1 (pid 4242) was killed by SIGKILL (out of memory?)"
+    assert err.lines == ["rank 1 (pid 4242) was killed by SIGKILL (out of memory?)\n",
+                         "last lines of rank 1's stderr:\n", "    about to die\n"]

@@ -153,11 +153,64 @@ def test_script_runs_like_torchrun_and_its_error_is_shown(ddp_kernel: Kernel, tm
     cell = ddp_kernel.run(f"%ddp_launch -n 2 --output all {script} --epochs 3 --fail")
     assert sorted(cell.stdout.splitlines()) == [
         "[rank 0] 0 2 ['--epochs', '3', '--fail'] 2.0", "[rank 1] 1 2 ['--epochs', '3', '--fail'] 2.0"]
-    assert cell.error is not None
-    assert "rank 1 (pid" in cell.traceback and "exited with code 1" in cell.traceback
-    assert f'File "{script}", line 8, in <module>' in cell.traceback
-    assert "RuntimeError: script failed" in cell.traceback
-    assert "runpy" not in cell.traceback
+    assert cell.error is not None and cell.error["evalue"] == "rank 1: RuntimeError: script failed"
+    tb = cell.traceback
+    assert tb.startswith("Error on rank 1 (pid "), tb  # what it raised comes first
+    assert f'File "{script}", line 8, in <module>' in tb
+    assert "RuntimeError: script failed\n(rank 1 then exited with code 1)" in tb
+    assert "runpy" not in tb
+
+
+def test_a_script_rank_that_raised_exits_with_its_code_while_a_collective_completes(
+        ddp_kernel: Kernel, tmp_path: Path) -> None:
+    """The script leaves its process group up and a collective finishes while the failing rank's
+    interpreter shuts down: its completion callback needs the GIL then. Left to interpreter
+    shutdown, that aborted the rank (SIGABRT) instead of letting it exit with code 1."""
+    script = tmp_path / "late_collective.py"
+    script.write_text(textwrap.dedent("""\
+        import sys, time
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            time.sleep(1)  # joins the all-reduce while rank 1 is shutting down
+            dist.all_reduce(torch.ones(1))
+            dist.destroy_process_group()
+        else:
+            dist.all_reduce(torch.ones(1), async_op=True).get_future().then(lambda fut: fut.value())
+
+            class SlowShutdown:  # like a logger flushing at exit
+                def __del__(self, sleep=time.sleep):
+                    sleep(2)
+
+            sys.slow_shutdown = SlowShutdown()  # released during interpreter shutdown
+            raise RuntimeError("script failed")
+        """))
+    cell = ddp_kernel.run(f"%ddp_launch -n 2 {script}")
+    tb = cell.traceback
+    assert tb.startswith("Error on rank 1 (pid "), tb
+    assert "RuntimeError: script failed\n(rank 1 then exited with code 1)" in tb
+    assert "SIGABRT" not in tb
+
+
+def test_a_script_rank_that_raised_with_a_collective_pending_is_reported_soon(
+        ddp_kernel: Kernel, tmp_path: Path) -> None:
+    """Its peer never joins that collective: taking the process group down must not wait for it."""
+    script = tmp_path / "pending_collective.py"
+    script.write_text(textwrap.dedent("""\
+        import time
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 1:
+            work = dist.all_reduce(torch.ones(1), async_op=True)
+            raise RuntimeError("failed with a collective pending")
+        time.sleep(60)
+        """))
+    started = time.monotonic()
+    cell = ddp_kernel.run(f"%ddp_launch -n 2 {script}")
+    elapsed = time.monotonic() - started
+    assert "RuntimeError: failed with a collective pending\n(rank 1 then exited with code 1)" in cell.traceback
+    assert elapsed < 20, f"the error came after {elapsed:.0f} s: the failing rank waited for its peer"
+    assert no_ranks_left(ddp_kernel.pid)
 
 
 @pytest.fixture(scope="module")

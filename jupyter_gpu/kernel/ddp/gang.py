@@ -154,16 +154,25 @@ class Death:
     pid: int
     exitcode: int
     signal_name: str | None
-    message: str
+    message: str  # the traceback in elastic's error file: the rank raised before it ended
     stderr_tail: list[str]
 
-    def describe(self) -> str:
+    @property
+    def ending(self) -> str:
+        """How the process ended: 'exited with code 1', 'was killed by SIGKILL (out of memory?)'."""
         if self.signal_name:
             hint = " (out of memory?)" if self.signal_name == "SIGKILL" else ""
-            head = f"rank {self.rank} (pid {self.pid}) was killed by {self.signal_name}{hint}"
-        else:
-            head = f"rank {self.rank} (pid {self.pid}) exited with code {self.exitcode}"
-        return head
+            return f"was killed by {self.signal_name}{hint}"
+        return f"exited with code {self.exitcode}"
+
+    @property
+    def exception(self) -> str | None:
+        """The last line of the traceback it raised ('RuntimeError: script failed'), if any."""
+        lines = [line for line in self.message.splitlines() if line.strip()]
+        return lines[-1].strip() if lines else None
+
+    def describe(self) -> str:
+        return f"rank {self.rank} (pid {self.pid}) {self.ending}"
 
 
 @dataclass

@@ -24,14 +24,19 @@ def error_for(got: Collected, ranks: list[int], cell_source: str, label: str,
     failures = got.failures()
     if got.death is not None:  # a dead rank explains its peers' collective errors, not vice versa
         death = got.death
+        others = [f"rank {r.rank} then failed: {_summary(r)}\n" for r in failures]
+        if death.exception is not None:
+            # It raised: what it raised comes first, however the process then ended (a
+            # library's threads can still turn a plain exit into SIGABRT).
+            lines = [f"Error on rank {death.rank} (pid {death.pid}):\n",
+                     death.message.rstrip("\n") + "\n",
+                     f"(rank {death.rank} then {death.ending})\n"]
+            return DDPError(f"rank {death.rank}: {death.exception}", lines + others + tail_note)
         lines = [death.describe() + "\n"]
-        if death.message:  # a Python traceback from the error file
-            lines += [death.message.rstrip("\n") + "\n"]
-        elif death.stderr_tail:  # a signal or a plain exit: its last words are the best clue
+        if death.stderr_tail:  # a signal or a plain exit: its last words are the best clue
             lines.append(f"last lines of rank {death.rank}'s stderr:\n")
             lines += [f"    {line}\n" for line in death.stderr_tail]
-        lines += [f"rank {r.rank} then failed: {_summary(r)}\n" for r in failures]
-        return DDPError(death.describe(), lines + tail_note)
+        return DDPError(death.describe(), lines + others + tail_note)
     if failures:
         first = failures[0]
         err = first.error

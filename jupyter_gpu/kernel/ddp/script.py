@@ -1,9 +1,11 @@
 """``python -m jupyter_gpu.kernel.ddp.script KERNEL_PID SCRIPT [ARGS...]``: one rank of the line
 form of ``%ddp_launch``. Runs SCRIPT as ``__main__`` the way ``torchrun`` would, but dies with
-the kernel, and leaves elastic's error file with a traceback that starts at the script.
+the kernel, leaves elastic's error file with a traceback that starts at the script, and takes
+down the process group the script left up before the interpreter shuts down.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import runpy
@@ -12,6 +14,9 @@ import time
 
 from .errors import capture, render
 from .lifeline import bind_to_kernel
+
+RELEASE_TIMEOUT = 2.0  # seconds a left-over process group may take to go before the rank exits
+
 
 
 def _write_error_file(exc: BaseException, text: str) -> None:
@@ -22,6 +27,28 @@ def _write_error_file(exc: BaseException, text: str) -> None:
                         "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))}}}
     with open(path, "w") as handle:
         json.dump(data, handle)
+
+
+def _release_process_group() -> None:
+    """Destroy the process group a script left up (it raised first, or never called
+    ``destroy_process_group``), while the interpreter is still whole.
+
+    Left up, its threads outlive the start of interpreter shutdown: one that then takes the GIL
+    (to drop a collective's tensors, or to run a completion callback) is ended by Python inside
+    a C++ destructor, and the rank dies of SIGABRT ("terminate called without an active
+    exception") instead of exiting with its code. Destroying waits for collectives still
+    pending on peers, so it is bounded: past ``RELEASE_TIMEOUT`` the rank leaves at once
+    with code 1 (what it raised is already in stderr and the error file).
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    with open(os.devnull, "w") as devnull:
+        faulthandler.dump_traceback_later(RELEASE_TIMEOUT, exit=True, file=devnull)
+        try:
+            dist.destroy_process_group()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
 
 def main() -> None:
@@ -43,6 +70,8 @@ def main() -> None:
         sys.stderr.flush()
         _write_error_file(exc, text)
         sys.exit(1)
+    finally:
+        _release_process_group()
 
 
 if __name__ == "__main__":
