@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from html import escape
 from typing import Any, Callable
 
 from .analysis.units import format_bytes
+from .report import Report, Reportable, Row
+from .report import Section as ReportSection
 
 # Warmth belongs to the process (CUDA state is per process), not to one extension load.
 _first_warmup_ms: dict[int, float] = {}
@@ -51,8 +52,8 @@ class Section:
         return sum(s.ms for s in self.steps)
 
 
-@dataclass
-class WarmupReport:
+@dataclass(repr=False)
+class WarmupReport(Reportable):
     sections: list[Section]
     notes: list[str] = field(default_factory=list)
 
@@ -64,34 +65,15 @@ class WarmupReport:
         ]
         return "gpu_warmup: " + "; ".join(parts)
 
-    def __str__(self) -> str:
-        lines = []
-        for s in self.sections:
-            lines.append(s.title)
-            for step in s.steps:
-                lines.append(f"  {step.name:<44} {step.ms:>10,.1f} ms" + (f"  FAILED: {step.error}" if step.error else ""))
-            if s.has_total:
-                lines.append(f"  {'total':<44} {s.total_ms:>10,.1f} ms")
-            lines += [f"  {n}" for n in s.notes]
-        return "\n".join(lines + self.notes)
+    def as_report(self) -> Report:
+        return Report([_block(s) for s in self.sections], notes=self.notes, css_class="jupyter-gpu-warmup")
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
-    def _repr_html_(self) -> str:
-        rows = []
-        for s in self.sections:
-            rows.append(f'<tr><th colspan="2" style="text-align:left">{escape(s.title)}</th></tr>')
-            for step in s.steps:
-                failed = f' <span style="color:#c62828">failed: {escape(step.error)}</span>' if step.error else ""
-                rows.append(f'<tr><td style="text-align:left">{escape(step.name)}{failed}</td>'
-                            f'<td style="text-align:right">{step.ms:,.1f} ms</td></tr>')
-            if s.has_total:
-                rows.append(f'<tr><td style="text-align:left"><b>total</b></td>'
-                            f'<td style="text-align:right"><b>{s.total_ms:,.1f} ms</b></td></tr>')
-            rows += [f'<tr><td colspan="2" style="text-align:left">{escape(n)}</td></tr>' for n in s.notes]
-        notes = "".join(f"<p>{escape(n)}</p>" for n in self.notes)
-        return f'<div class="jupyter-gpu-warmup"><table>{"".join(rows)}</table>{notes}</div>'
+def _block(section: Section) -> ReportSection:
+    rows = [Row(s.name, f"{s.ms:,.1f} ms", f"FAILED: {s.error}" if s.error else "") for s in section.steps]
+    if section.has_total:
+        rows.append(Row("total", f"{section.total_ms:,.1f} ms", strong=True))
+    return ReportSection(section.title, rows, section.notes)
 
 
 def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str, Callable[[], None]]]:

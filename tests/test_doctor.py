@@ -373,7 +373,7 @@ def test_text_html_and_json_forms():
     assert text.splitlines()[0] == report.verdict
     assert "[FAIL] torch CUDA build: torch 2.13.0+cpu is a CPU-only build" in text
     assert "       fix: Install a CUDA build: `pip install" in text
-    html = report._repr_html_()
+    html = report.as_report().html()
     assert "<table>" in html and "FAIL" in html and "<script>" not in html
     data = json.loads(report.to_json())
     assert data["verdict"] == report.verdict and data["cuda_ready"] is False and data["primary"] == "build"

@@ -119,7 +119,7 @@ def test_report_as_text_html_and_one_line():
     text = str(report)
     assert "  context" in text and "380.0 ms" in text and "FAILED: Boom: <x>" in text
     assert "  total" in text and "382.5 ms" in text and text.count("total") == 1
-    html = report._repr_html_()
+    html = report.as_report().html()
     assert "<table>" in html and "Boom: &lt;x&gt;" in html
     assert report.summary() == ("gpu_warmup: cuda:0 NVIDIA H200 warm in 382 ms; "
                                 "cell: first run (cold) 340 ms, best of 1 warm run(s) 2 ms")

@@ -11,12 +11,12 @@ from typing import Any, Mapping
 
 from .checks import Check, Status
 from .facts import Facts, gather
-from .report import Report, evaluate
+from .diagnosis import Diagnosis, evaluate
 
-__all__ = ["Check", "Facts", "Report", "Status", "diagnose", "evaluate", "gather", "no_gpu_reason"]
+__all__ = ["Check", "Diagnosis", "Facts", "Status", "diagnose", "evaluate", "gather", "no_gpu_reason"]
 
 
-def diagnose(env: Mapping[str, str] | None = None, **seams: Any) -> Report:
+def diagnose(env: Mapping[str, str] | None = None, **seams: Any) -> Diagnosis:
     """Gather the facts (see ``gather`` for its seams) and check them.
 
     Blocks for a few seconds when torch must be asked in a child process (torch not yet imported

@@ -1,10 +1,8 @@
 """``%gpu_mem``: this kernel's GPU memory, NVML's view beside PyTorch's allocator, with advice."""
 from __future__ import annotations
 
-import html
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
@@ -15,10 +13,11 @@ from IPython.display import display
 # gpu_memory (NVML, psutil, urllib) is imported when a report is made, not at %load_ext.
 from ..analysis.fragmentation import AllocatorFigures, advise, expandable_segments_configured
 from ..analysis.units import format_bytes
+from ..report import Report, Section
+from ..torch_state import nvml_uuid, torch_in_use
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
 from .segment_map import segment_map_svg
-from ..torch_state import nvml_uuid, torch_in_use
 
 if TYPE_CHECKING:
     from ..nvml.holders import DeviceView
@@ -27,63 +26,7 @@ NO_CUDA = (
     "This kernel has not initialised CUDA, so it holds no GPU memory. jupyter_gpu never "
     "initialises CUDA for you: a CUDA context costs about 500 MiB in every process."
 )
-
-
-@dataclass
-class Section:
-    """Rows of (label, value, note), rendered both as text and as HTML."""
-
-    title: str
-    rows: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def add(self, label: str, value: str, note: str = "") -> None:
-        self.rows.append((label, value, note))
-
-
-@dataclass
-class Report:
-    sections: list[Section]
-    advice: list[str] = field(default_factory=list)
-    svg: str | None = None
-    intro: str | None = None
-
-    def text(self) -> str:
-        lines: list[str] = [self.intro] if self.intro else []
-        for section in self.sections:
-            lines.append(section.title)
-            lines += [f"  {label:<22}{value:>12}  {note}".rstrip() for label, value, note in section.rows]
-        if self.advice:
-            lines.append("Advice")
-            lines += [f"  - {item}" for item in self.advice]
-        if self.svg:
-            lines.append("(segment map: shown in front-ends that display HTML)")
-        return "\n".join(lines)
-
-    def html(self) -> str:
-        parts = ['<div class="jupyter-gpu-mem" style="font-size:0.9em">']
-        if self.intro:
-            parts.append(f"<p>{html.escape(self.intro)}</p>")
-        # Sections side by side where there is room: NVML's view beside the allocator's.
-        parts.append('<div style="display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start">')
-        for section in self.sections:
-            if not section.rows:  # a heading, on a line of its own
-                parts.append(f'<div style="flex-basis:100%"><b>{html.escape(section.title)}</b></div>')
-                continue
-            parts.append(f'<div style="flex:1 1 24em"><b>{html.escape(section.title)}</b><table>')
-            for label, value, note in section.rows:
-                parts.append(
-                    f'<tr><td style="text-align:left;white-space:nowrap">{html.escape(label)}</td>'
-                    f'<td style="text-align:right;white-space:nowrap">{html.escape(value)}</td>'
-                    f'<td style="text-align:left">{html.escape(note)}</td></tr>'
-                )
-            parts.append("</table></div>")
-        parts.append("</div>")
-        if self.advice:
-            parts.append("<b>Advice</b><ul>" + "".join(f"<li>{html.escape(a)}</li>" for a in self.advice) + "</ul>")
-        if self.svg:
-            parts.append(self.svg)
-        parts.append("</div>")
-        return "".join(parts)
+CSS_CLASS = "jupyter-gpu-mem"
 
 
 def allocator_section(figures: AllocatorFigures) -> Section:
@@ -169,11 +112,10 @@ def device_report(torch: Any, device: int, *, draw: bool) -> Report:
         device_total_bytes=view.total_bytes if view else None,
         other_processes_bytes=view.others_bytes if view else None,
     )
-    return Report(
-        [header, nvml_section(view, reason, figures), allocator_section(figures)],
-        [a.message for a in advice],
-        segment_map_svg(segments or []) if draw else None,
-    )
+    sections = [header, nvml_section(view, reason, figures), allocator_section(figures)]
+    if advice:
+        sections.append(Section("Advice", notes=[a.message for a in advice]))
+    return Report(sections, figure=segment_map_svg(segments or []) if draw else None, css_class=CSS_CLASS)
 
 
 def no_cuda_report() -> Report:
@@ -191,11 +133,7 @@ def no_cuda_report() -> Report:
             format_bytes(gpu.get("memory_used_bytes")),
             f"used of {format_bytes(gpu.get('memory_total_bytes'))}: {gpu.get('name') or ''}",
         )
-    return Report([section, machine], intro=NO_CUDA)
-
-
-def show(report: Report) -> None:
-    display({"text/plain": report.text(), "text/html": report.html()}, raw=True)
+    return Report([section, machine], heading=NO_CUDA, css_class=CSS_CLASS)
 
 
 @magics_class
@@ -218,13 +156,13 @@ class GpuMemMagics(Magics):
         args = parse_args(self.gpu_mem, line)
         torch = torch_in_use()
         if torch is None:
-            show(no_cuda_report())
+            display(no_cuda_report())
             return
         count = torch.cuda.device_count()
         device = torch.cuda.current_device() if args.device is None else args.device
         if not 0 <= device < count:
             raise UsageError(f"--device {device}: this kernel sees CUDA devices 0 to {count - 1}.")
-        show(device_report(torch, device, draw=args.snapshot))
+        display(device_report(torch, device, draw=args.snapshot))
 
 
 def register(ipython: Any) -> Callable[[], None]:

@@ -1,4 +1,5 @@
-"""A doctor's report: the checklist plus a one-line verdict that other parts of the package reuse."""
+"""A diagnosis: the checklist plus a one-line verdict that other parts of the package reuse.
+As text and HTML it is the package's one ``Report``; as JSON, ``to_json``."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,14 +7,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..report import Report, Reportable, Row, Section
 from .checks import Check, Status, count_names, run_checks
 from .facts import Facts
 
 _SEVERITY = {Status.OK: 0, Status.INFO: 1, Status.WARN: 2, Status.FAIL: 3}
 
 
-@dataclass
-class Report:
+@dataclass(repr=False)
+class Diagnosis(Reportable):
     """``verdict`` is one line; ``primary`` is the check it came from (None when all is well)."""
 
     checks: list[Check]
@@ -39,21 +41,14 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
 
-    def _repr_html_(self) -> str:
-        from .render import render_html
-
-        return render_html(self)
-
-    def __str__(self) -> str:
-        from .render import render_text
-
-        return render_text(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+    def as_report(self) -> Report:
+        rows = [Row(c.title, note=c.summary, status=c.status.value, fix=c.fix, detail=c.detail) for c in self.checks]
+        status = Status.OK if self.cuda_ready and self.primary is None else self.status
+        return Report([Section(rows=rows)], heading=self.verdict, status=status.value,
+                      css_class="jupyter-gpu-doctor")
 
 
-def evaluate(facts: Facts) -> Report:
+def evaluate(facts: Facts) -> Diagnosis:
     """Run the checks over gathered facts and decide the verdict."""
     checks = run_checks(facts)
     fails = [c for c in checks if c.status is Status.FAIL]
@@ -64,10 +59,10 @@ def evaluate(facts: Facts) -> Report:
         if facts.nvml.driver_version:
             verdict += f", driver {facts.nvml.driver_version}"
         if fails:
-            return Report(checks, f"{verdict}; but {fails[0].summary}", True, fails[0], facts)
+            return Diagnosis(checks, f"{verdict}; but {fails[0].summary}", True, fails[0], facts)
         if warns:
             verdict += f" ({len(warns)} warning{'s' if len(warns) > 1 else ''})"
-        return Report(checks, verdict, True, None, facts)
+        return Diagnosis(checks, verdict, True, None, facts)
     primary = (fails or warns or [None])[0]
     reason = primary.summary if primary else "torch reports no usable GPU"
-    return Report(checks, f"No GPU: {reason}", False, primary, facts)
+    return Diagnosis(checks, f"No GPU: {reason}", False, primary, facts)
