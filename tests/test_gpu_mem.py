@@ -23,7 +23,6 @@ from IPython.utils.capture import capture_output
 
 from jupyter_gpu import client
 from jupyter_gpu.kernel import gpu_memory, memory_magic, oom
-from jupyter_gpu.kernel.extension import FEATURES
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -84,10 +83,6 @@ def _gpu_mem(ip, line: str = "") -> dict:
         ip.run_line_magic("gpu_mem", line)
     (output,) = captured.outputs
     return output.data
-
-
-def test_features_registered() -> None:
-    assert {"jupyter_gpu.kernel.memory_magic", "jupyter_gpu.kernel.oom"} <= set(FEATURES)
 
 
 def test_without_cuda(ip, nvml, monkeypatch) -> None:

@@ -20,7 +20,6 @@ from IPython.testing.globalipapp import start_ipython
 from jupyter_gpu.analysis.stats_file import file_name
 from jupyter_gpu.kernel import agent as agent_module
 from jupyter_gpu.kernel.agent import KernelAgent, stats_path
-from jupyter_gpu.kernel.extension import FEATURES
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,10 +56,6 @@ def _wait_for(predicate, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.01)
-
-
-def test_agent_is_a_feature() -> None:
-    assert "jupyter_gpu.kernel.agent" in FEATURES
 
 
 def test_before_cuda_writes_no_cuda_in_use(agent, monkeypatch) -> None:

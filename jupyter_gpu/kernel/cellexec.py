@@ -11,6 +11,8 @@ from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
+from .extension import cell_number
+
 
 def run_source(shell: InteractiveShell, source: str) -> Any:
     """Execute IPython source in the user namespace; return the value of a trailing expression.
@@ -20,7 +22,7 @@ def run_source(shell: InteractiveShell, source: str) -> Any:
     """
     __tracebackhide__ = True  # noqa: F841 -- IPython hides this frame from tracebacks
     padded = "\n" + shell.transform_cell(source)
-    filename = shell.compile.cache(padded, shell.execution_count, raw_code="\n" + source)
+    filename = shell.compile.cache(padded, cell_number(shell), raw_code="\n" + source)
     tree = shell.transform_ast(shell.compile.ast_parse(padded, filename=filename))
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     exec(shell.compile(tree, filename, "exec"), shell.user_ns)

@@ -43,6 +43,17 @@ def unload(ipython: InteractiveShell) -> None:
         remove()
 
 
+def cell_number(ipython: InteractiveShell) -> int:
+    """The n of ``In[n]`` for the cell running now, as IPython's own tracebacks name it.
+
+    ``execution_count`` is not it while a cell runs: IPython 9 counts the next cell from the
+    moment this one starts, IPython 8 only when it ends. The running cell's result has its own.
+    """
+    result = getattr(ipython.displayhook, "exec_result", None)
+    number = getattr(result, "execution_count", None)
+    return number if isinstance(number, int) else ipython.execution_count
+
+
 def unregister_magics(ipython: InteractiveShell, magics: Magics) -> None:
     """Remove the magics of one ``Magics`` instance (IPython has no public call for this)."""
     manager = ipython.magics_manager

@@ -11,6 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..extension import cell_number, unregister_magics
 from . import args
 from .args import cell_arguments, worker_arguments
 
@@ -24,7 +25,7 @@ class DDPMagics(Magics):
         self.session: Any = None  # session.Session, imported lazily
 
     def _label(self) -> str:
-        return f"In[{self.shell.execution_count}]"
+        return f"In[{cell_number(self.shell)}]"
 
     @magic_arguments()
     @worker_arguments
@@ -173,7 +174,6 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
     a shared server) leaves it to the first launch.
     """
-    from ..extension import unregister_magics
     from .gang import prestart_forkserver, visible_gpus
 
     magics = DDPMagics(ipython)
