@@ -8,9 +8,12 @@ import subprocess
 import sys
 import textwrap
 import threading
+import itertools
 import time
+import types
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from _fake_torch import UUID0, FakeCuda, install
@@ -50,11 +53,12 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _wait_for(predicate, timeout: float = 10.0) -> None:
+def _wait_for(what: str, predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` when ``timeout`` s pass first."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("timed out")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.01)
 
 
@@ -142,18 +146,23 @@ def test_failing_snapshot_keeps_stats(agent, monkeypatch) -> None:
 def test_slow_snapshot_stretches_its_interval(agent, monkeypatch) -> None:
     cuda = FakeCuda()
     real = cuda.memory_snapshot
+    now = [1000.0]  # the agent's monotonic clock, moved by hand
+    monkeypatch.setattr(agent_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
 
     def slow(mempool_id=None, include_traces=True):
-        time.sleep(0.02)
+        now[0] += 0.02  # this snapshot takes 20 ms
         return real(mempool_id, include_traces)
 
     cuda.memory_snapshot = slow
     install(monkeypatch, cuda)
-    a = agent()
-    started = time.monotonic()
-    a.publish()
-    # 20 ms per snapshot at most 0.1% of the time: not again for >= 20 s.
-    assert a._next_snapshot - started >= 20.0
+    a = agent(snapshot_interval=1.0)
+    taken = []
+    for step in (0.0, 19.9, 0.2):  # publish now, 19.9 s later, 20.1 s later
+        now[0] += step
+        a.publish()
+        taken.append(cuda.calls["memory_snapshot(include_traces=False)"])
+    # 20 ms per snapshot, at most 0.1% of the time: none again for 20 s, not every second.
+    assert taken == [1, 1, 2]
 
 
 def test_configurable_from_ipython_config(tmp_path: Path) -> None:
@@ -168,22 +177,24 @@ def test_configurable_from_ipython_config(tmp_path: Path) -> None:
 
 def test_writes_are_atomic_and_leave_no_temp_files(agent, monkeypatch) -> None:
     install(monkeypatch, FakeCuda())
-    a = agent(interval=0.0005, snapshot_interval=0.0)
+    writes = itertools.count(1)  # the agent's clock: each file carries the number of its write
+    a = agent(interval=0.0005, snapshot_interval=0.0, clock=lambda: next(writes))
     a.start()
-    _wait_for(a.path.exists)
-    seen, errors = 0, []
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    _wait_for("the agent's first write", a.path.exists)
+    written, errors = 0, []
+    deadline = time.monotonic() + 30
+    while written < 200:  # read while the agent replaces the file 200 times
+        assert time.monotonic() < deadline, f"the agent wrote only {written} times in 30 s"
         try:
             doc = json.loads(a.path.read_bytes())
             assert doc["devices"][0]["reserved_bytes"] == 2_669_674_496
-            seen += 1
+            written = doc["time"]
         except FileNotFoundError:
             pass
         except Exception as error:  # a partial file
             errors.append(error)
     a.stop()
-    assert errors == [] and seen > 50
+    assert errors == []
     assert not a.path.exists()
     assert list(a.path.parent.iterdir()) == []
 
@@ -232,7 +243,7 @@ def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
     threads = threading.active_count()
     undo = agent_module.register(ip)
     path = tmp_path / file_name(KID)
-    _wait_for(path.exists)
+    _wait_for("the agent's stats file", path.exists)
     assert _read(path)["cuda_in_use"] is False
     undo()
     assert not path.exists()
@@ -247,23 +258,42 @@ def test_register_outside_a_kernel_does_nothing(monkeypatch) -> None:
     undo()
 
 
+# Prelude of the child processes: an agent whose clock counts its writes.
+AGENT_WRITING = """
+import itertools, json, time
+from pathlib import Path
+from jupyter_gpu.kernel.agent import KernelAgent
+
+def third_write(folder):
+    \"\"\"Start an agent; return its file once its thread has written it three times.\"\"\"
+    agent = KernelAgent(Path(folder) / "f.json", "k", clock=itertools.count(1).__next__,
+                        interval=0.01, snapshot_interval=0.01)
+    agent.start()
+    deadline = time.monotonic() + 30
+    while True:
+        doc = json.loads(agent.path.read_text()) if agent.path.exists() else {"time": 0}
+        if doc["time"] >= 3:
+            agent.stop()
+            return doc
+        if time.monotonic() > deadline:
+            raise SystemExit("the agent did not write three times in 30 s")
+        time.sleep(0.01)
+"""
+
+
 def _run_python(code: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, env=env, timeout=120)
+    result = subprocess.run([sys.executable, "-c", AGENT_WRITING + textwrap.dedent(code)],
+                            capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_agent_never_imports_torch(tmp_path: Path) -> None:
     out = _run_python(f"""
-        import sys, time, json
-        from pathlib import Path
-        from jupyter_gpu.kernel.agent import KernelAgent
-        a = KernelAgent(Path({str(tmp_path)!r}) / "f.json", "k", interval=0.01, snapshot_interval=0.01)
-        a.start(); time.sleep(0.3)
-        print(json.loads(a.path.read_text())["cuda_in_use"], "torch" in sys.modules)
-        a.stop()
+        import sys
+        doc = third_write({str(tmp_path)!r})
+        print(doc["cuda_in_use"], "torch" in sys.modules)
     """)
     assert out.split() == ["False", "False"]
 
@@ -271,8 +301,6 @@ def test_agent_never_imports_torch(tmp_path: Path) -> None:
 def test_agent_does_not_initialise_cuda_after_torch_import(tmp_path: Path) -> None:
     """Spies on everything that would initialise CUDA or create a context."""
     out = _run_python(f"""
-        import time, json
-        from pathlib import Path
         import torch
         touched = []
         for name in ("init", "_lazy_init", "mem_get_info", "get_device_properties",
@@ -282,11 +310,8 @@ def test_agent_does_not_initialise_cuda_after_torch_import(tmp_path: Path) -> No
                 touched.append(_n)
                 return _r(*a, **k)
             setattr(torch.cuda, name, spy)
-        from jupyter_gpu.kernel.agent import KernelAgent
-        a = KernelAgent(Path({str(tmp_path)!r}) / "f.json", "k", interval=0.01, snapshot_interval=0.01)
-        a.start(); time.sleep(0.3)
-        print(json.loads(a.path.read_text())["cuda_in_use"], torch.cuda.is_initialized(), touched)
-        a.stop()
+        doc = third_write({str(tmp_path)!r})
+        print(doc["cuda_in_use"], torch.cuda.is_initialized(), touched)
     """)
     assert out.split() == ["False", "False", "[]"]
 
@@ -323,17 +348,19 @@ def test_real_kernel(kernel, tmp_path: Path) -> None:
     km, kc = kernel
     path = tmp_path / file_name(KID)
     _execute(kc, "%load_ext jupyter_gpu")
-    _wait_for(path.exists, timeout=30)
+    _wait_for("the agent's stats file", path.exists, timeout=30)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     stats, reason = read_kernel_stats(tmp_path, KID)
     assert reason is None and stats["cuda_in_use"] is False
     assert stats["pid"] == km.provisioner.pid
-    out = _execute(kc, "import torch, time; x = torch.ones(4); time.sleep(1.5); print(torch.cuda.is_initialized())")
-    assert out.strip() == "False"
+    imported_at = float(_execute(kc, "import time, torch; x = torch.ones(4); print(time.time())"))
+    _wait_for("the agent to write again after torch was imported",
+              lambda: (read_kernel_stats(tmp_path, KID).stats or {}).get("time", 0) > imported_at, timeout=30)
     assert read_kernel_stats(tmp_path, KID).stats["cuda_in_use"] is False
+    assert _execute(kc, "print(torch.cuda.is_initialized())").strip() == "False"
     _execute(kc, "%unload_ext jupyter_gpu")
     assert not path.exists()
     _execute(kc, "%load_ext jupyter_gpu")
-    _wait_for(path.exists, timeout=30)
+    _wait_for("the stats file after loading again", path.exists, timeout=30)
     km.shutdown_kernel(now=False)
-    _wait_for(lambda: not path.exists(), timeout=30)
+    _wait_for("the stats file to go with the kernel", lambda: not path.exists(), timeout=30)
