@@ -19,13 +19,16 @@ class RefusedFile(Exception):
 
 
 def connection_file() -> str | None:
-    """This kernel's connection file; None outside an ipykernel (e.g. terminal IPython)."""
-    if "ipykernel" not in sys.modules:
-        return None
-    from ipykernel import get_connection_file
+    """This kernel's connection file; None outside an ipykernel (e.g. terminal IPython).
 
+    Asks the ipykernel already loaded in this process, never imports one (which would import
+    IPython into the command line, which shares this module).
+    """
+    ipykernel = sys.modules.get("ipykernel")
+    if ipykernel is None:
+        return None
     try:
-        return get_connection_file()
+        return ipykernel.get_connection_file()
     except (RuntimeError, OSError):
         return None
 

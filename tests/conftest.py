@@ -1,14 +1,25 @@
 """Shared fixtures: a real jupyter_server with the extension, demanding auth everywhere."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 READINGS = FIXTURES / "nvml_readings_2gpu.json"
+
+
+def modules_after(code: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` a fresh interpreter has imported after running ``code`` (from the
+    repository root, so that it sees this checkout)."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _has_gpu() -> bool:

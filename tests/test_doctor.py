@@ -5,12 +5,12 @@ import dataclasses
 import http.server
 import json
 import socket
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from conftest import modules_after
 from jupyter_gpu.client import Server
 from jupyter_gpu.doctor import Status, diagnose, evaluate
 from jupyter_gpu.doctor.checks import arch_support, choose_build, parse_alloc_conf
@@ -528,11 +528,5 @@ def test_unregister_removes_the_magic():
     assert "DoctorMagics" not in shell.magics_manager.registry
 
 
-def test_importing_the_doctor_imports_neither_torch_nor_ipython():
-    import subprocess
-
-    code = ("import sys, jupyter_gpu.doctor as d; "
-            "print(sorted(m for m in ('torch', 'IPython') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent).stdout
-    assert out.strip() == "[]"
+def test_importing_the_doctor_imports_neither_torch_nor_ipython_nor_pynvml():
+    assert modules_after("import jupyter_gpu.doctor", ("torch", "IPython", "pynvml")) == []

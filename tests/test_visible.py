@@ -2,12 +2,11 @@
 driver's /proc entries, without CUDA or NVML."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import modules_after
 from jupyter_gpu.nvml.visible import driver_gpus, visible_gpus
 
 UUIDS = ["GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5", "GPU-6f1c9a0e-0d5e-7b1a-93c4-1c2b3d4e5f60"]
@@ -56,8 +55,5 @@ def test_an_unreadable_entry_still_counts(root):
 
 
 def test_counting_imports_neither_torch_nor_pynvml():
-    code = ("import sys; from jupyter_gpu.nvml.visible import visible_gpus; visible_gpus(); "
-            "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent).stdout
-    assert out.strip() == "[]"
+    code = "from jupyter_gpu.nvml.visible import visible_gpus; visible_gpus()"
+    assert modules_after(code, ("torch", "pynvml")) == []
