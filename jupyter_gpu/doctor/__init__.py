@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .checks import Check, Status
-from .facts import Facts, gather
 from .diagnosis import Diagnosis, evaluate
+from .facts import Facts, gather
 
 __all__ = ["Check", "Diagnosis", "Facts", "Status", "diagnose", "evaluate", "gather", "no_gpu_reason"]
 

@@ -23,9 +23,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..analysis.units import format_bytes, format_bytes_of
+from ..torch_state import nvml_uuid, torch_in_use
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
-from ..torch_state import nvml_uuid, torch_in_use
 
 MIN_INTERVAL = 0.1  # NVML answers in microseconds, but each update is a message per widget
 MAX_INTERVAL = 3600.0
