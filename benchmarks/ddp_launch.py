@@ -171,7 +171,7 @@ class Bench:
         """What %load_ext does for the ddp magics (with >= 2 GPUs: start the forkserver)."""
         from IPython.core.interactiveshell import InteractiveShell
 
-        from jupyter_gpu.kernel.ddp.gang import visible_gpus
+        from jupyter_gpu.nvml.visible import visible_gpus
         from jupyter_gpu.kernel.ddp.magics import register
 
         self.shell = InteractiveShell.instance()

@@ -155,7 +155,7 @@ def _read_server_file(path: Path) -> _Found | None:
     if not isinstance(info, dict):
         return None
     pid, url, token, root = info.get("pid"), info.get("url"), info.get("token"), info.get("root_dir")
-    if not (_alive(pid) and isinstance(url, str)):
+    if not (isinstance(url, str) and _serves(pid, url)):
         return None
     try:
         server = server_at(url, token if isinstance(token, str) and token else os.environ.get("JUPYTERHUB_API_TOKEN"))
@@ -164,14 +164,20 @@ def _read_server_file(path: Path) -> _Found | None:
     return _Found(server, pid, _resolved(root) if isinstance(root, str) and root else None)
 
 
-def _alive(pid: Any) -> bool:
-    """A running process of this user: a server killed hard leaves its file behind, and its PID
-    (and port) may since have gone to someone else's process."""
+def _serves(pid: Any, url: str) -> bool:
+    """A running process of this user that listens on the URL's port: a server killed hard
+    leaves its file behind, and since then its PID may have gone to another of our processes
+    and its port to someone else's listener (which must not get the hub token)."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
-        return psutil.Process(pid).uids().effective == os.geteuid()
-    except (OverflowError, psutil.Error):
+        port = urllib.parse.urlsplit(url).port
+        proc = psutil.Process(pid)
+        if proc.uids().effective != os.geteuid():
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in proc.net_connections("inet"))
+    except (OverflowError, ValueError, psutil.Error):
         return False
 
 

@@ -119,7 +119,8 @@ def helper_processes(pid: int) -> list[str]:
 
 
 def rank_processes(pid: int) -> list[psutil.Process]:
-    """Descendants of the kernel except multiprocessing's forkserver and resource tracker.
+    """Descendants of the kernel except multiprocessing's forkserver and resource tracker: the
+    ranks, and on one node the process that serves their store.
 
     Ranks forked by the forkserver share its command line, so only the kernel's direct
     children are matched against it.

@@ -125,9 +125,13 @@ def plant(runtime: Path, listener: Listener, how: str) -> subprocess.Popen | Non
     of our own shell is in /proc for all to see), or for a file our server left behind when it
     was killed, a PID since reused by the attacker's process (returned, to be killed)."""
     runtime.mkdir(exist_ok=True)
-    if how != "symlink" and os.geteuid() != 0:
+    if how not in ("symlink", "pid reused by us") and os.geteuid() != 0:
         pytest.skip("only root can make a file or a process of another user")
-    process = subprocess.Popen(["sleep", "60"], user=65534) if how == "left behind" else None
+    process = None
+    if how == "left behind":
+        process = subprocess.Popen(["sleep", "60"], user=65534)
+    elif how == "pid reused by us":  # one of our own processes, not the listener's
+        process = subprocess.Popen(["sleep", "60"])
     pid = process.pid if process else os.getppid()
     path = runtime / f"jpserver-{pid}.json"
     info = json.dumps({"url": listener.url, "token": "", "pid": pid, "root_dir": "/"})
@@ -141,7 +145,7 @@ def plant(runtime: Path, listener: Listener, how: str) -> subprocess.Popen | Non
     return process
 
 
-@pytest.mark.parametrize("how", ["another user's", "symlink", "left behind"])
+@pytest.mark.parametrize("how", ["another user's", "symlink", "left behind", "pid reused by us"])
 def test_a_planted_server_file_gets_no_token(tmp_path, listener, monkeypatch, how):
     runtime = tmp_path / "runtime"
     process = plant(runtime, listener, how)
@@ -245,10 +249,20 @@ def test_a_server_that_never_answers_costs_the_timeout():
 # -- which server ------------------------------------------------------------------------------
 
 
-def _server_file(runtime: Path, name: str, pid: int, root: Path, token: str = "t") -> None:
+LISTEN = ("import socket, sys, time; s = socket.create_server(('127.0.0.1', 0)); "
+          "print(s.getsockname()[1], flush=True); time.sleep(60)")
+
+
+def _listening() -> tuple[subprocess.Popen, int]:
+    """A process of ours that listens, as a live server does (discovery checks its port)."""
+    process = subprocess.Popen([sys.executable, "-c", LISTEN], stdout=subprocess.PIPE, text=True)
+    return process, int(process.stdout.readline())
+
+
+def _server_file(runtime: Path, name: str, pid: int, root: Path, token: str = "t", port: int = 1) -> None:
     path = runtime / f"jpserver-{name}.json"
-    path.write_text(json.dumps({"url": f"http://127.0.0.1:1/{name}/", "token": token, "pid": pid,
-                                "root_dir": str(root)}))
+    path.write_text(json.dumps({"url": f"http://127.0.0.1:{port}/{name}/", "token": token,
+                                "pid": pid, "root_dir": str(root)}))
     path.chmod(0o600)
 
 
@@ -258,27 +272,31 @@ def test_the_server_that_owns_the_caller_comes_first(tmp_path, monkeypatch):
     course = tmp_path / "home" / "course"
     course.mkdir(parents=True)
     monkeypatch.chdir(course)
-    others = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    others = [_listening() for _ in range(3)]
     stopped = subprocess.Popen(["true"])
     stopped.wait()
-    try:
-        _server_file(tmp_path, "a-elsewhere", others[0].pid, Path("/srv"))
-        _server_file(tmp_path, "b-home", others[1].pid, tmp_path / "home")
-        _server_file(tmp_path, "c-course", others[2].pid, course)
-        _server_file(tmp_path, "d-stopped", stopped.pid, course)
-        _server_file(tmp_path, "e-parent", os.getppid(), Path("/srv"))
-        order = [s.url.rsplit("/", 2)[1] for s in discover(tmp_path)]
-    finally:
-        for process in others:
-            process.kill()
-            process.wait()
+    with socket.create_server(("127.0.0.1", 0)) as mine:  # this process: an "ancestor" of itself
+        try:
+            for name, (process, port), root in zip(("a-elsewhere", "b-home", "c-course"), others,
+                                                   (Path("/srv"), tmp_path / "home", course)):
+                _server_file(tmp_path, name, process.pid, root, port=port)
+            _server_file(tmp_path, "d-stopped", stopped.pid, course)
+            _server_file(tmp_path, "e-parent", os.getpid(), Path("/srv"), port=mine.getsockname()[1])
+            _server_file(tmp_path, "f-not-listening", os.getppid(), course)  # port 1: not its port
+            order = [s.url.rsplit("/", 2)[1] for s in discover(tmp_path)]
+        finally:
+            for process, _ in others:
+                process.kill()
+                process.wait()
     assert order == ["e-parent", "c-course", "b-home", "a-elsewhere"]
 
 
 def test_the_hub_token_only_for_a_server_without_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-token")
-    _server_file(tmp_path, "1-own", os.getppid(), tmp_path, token="own-token")
-    _server_file(tmp_path, "2-hub", os.getppid(), tmp_path, token="")
-    servers = discover(tmp_path)
+    with socket.create_server(("127.0.0.1", 0)) as mine:
+        port = mine.getsockname()[1]
+        _server_file(tmp_path, "1-own", os.getpid(), tmp_path, token="own-token", port=port)
+        _server_file(tmp_path, "2-hub", os.getpid(), tmp_path, token="", port=port)
+        servers = discover(tmp_path)
     assert [s.token for s in servers] == ["own-token", "hub-token"]
     assert "own-token" not in repr(servers) and "hub-token" not in repr(servers)  # never in a log line

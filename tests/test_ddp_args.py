@@ -43,7 +43,10 @@ def test_multi_node(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SECRET_ENV, "short")
     with pytest.raises(UsageError, match=SECRET_ENV):
         launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
-    monkeypatch.setenv(SECRET_ENV, "0123456789abcdef0123")
+    monkeypatch.setenv(SECRET_ENV, "x" * 31)  # guessable offline from one signed message
+    with pytest.raises(UsageError, match=SECRET_ENV):
+        launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
+    monkeypatch.setenv(SECRET_ENV, "0123456789abcdef" * 2)
     options, _ = launch("-n 4 --nnodes 2 --rdzv-endpoint node0:29400")
     assert (options.nnodes, options.rdzv_endpoint, options.node_rank) == (2, "node0:29400", None)
     options, _ = launch("-n 4 --nnodes 2 --node-rank 1 --rdzv-endpoint node0:29400")

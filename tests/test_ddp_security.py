@@ -31,10 +31,10 @@ class Payload:
         return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
 
 
-def listeners(pid: int, tree: bool = True) -> set[tuple[str, int]]:
-    """Every TCP listening address of ``pid`` (and its descendants: forkserver, ranks)."""
+def listeners(pid: int) -> set[tuple[str, int]]:
+    """Every TCP listening address of ``pid`` and its descendants (forkserver, store, ranks)."""
     found = set()
-    procs = [psutil.Process(pid), *(psutil.Process(pid).children(recursive=True) if tree else [])]
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     for proc in procs:
         try:
             found |= {(c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet")
@@ -44,20 +44,29 @@ def listeners(pid: int, tree: bool = True) -> set[tuple[str, int]]:
     return found
 
 
+STORE_PORT = ("print(get_ipython().magics_manager.registry['DDPMagics']"
+              ".session.gang._host.port)")
+
+
+def store_port(kernel: Kernel) -> int:
+    """The session store's port. No secret: anyone sees it appear in /proc/net/tcp and can probe
+    it; asking the kernel only saves the test that probing."""
+    return int(kernel.run(STORE_PORT).stdout)
+
+
 @pytest.fixture()
-def session(ddp_kernel: Kernel) -> Iterator[tuple[Kernel, set[tuple[str, int]]]]:
-    """A running ``%ddp_start -n 2`` and the kernel's listeners that appeared with it."""
-    before = listeners(ddp_kernel.pid, tree=False)
+def session(ddp_kernel: Kernel) -> Iterator[tuple[Kernel, int]]:
+    """A running ``%ddp_start -n 2`` and its store's port."""
     cell = ddp_kernel.run("%ddp_start -n 2")
     assert cell.error is None, cell.traceback
-    yield ddp_kernel, listeners(ddp_kernel.pid, tree=False) - before
+    yield ddp_kernel, store_port(ddp_kernel)
     ddp_kernel.run("%ddp_stop")
     assert no_ranks_left(ddp_kernel.pid)
 
 
 def test_nothing_of_a_single_node_session_listens_beyond_loopback(session) -> None:  # type: ignore[no-untyped-def]
-    kernel, new = session
-    assert new, "the session's store should be listening somewhere"
+    kernel, port = session
+    assert ("127.0.0.1", port) in listeners(kernel.pid)
     assert all(ip in LOOPBACK for ip, _ in listeners(kernel.pid)), listeners(kernel.pid)
     # gloo's pairs, the ranks' own sockets: also on loopback once a collective ran
     cell = kernel.run("%%ddp\nx = torch.ones(1)\ndist.all_reduce(x)\n")
@@ -65,18 +74,11 @@ def test_nothing_of_a_single_node_session_listens_beyond_loopback(session) -> No
     assert all(ip in LOOPBACK for ip, _ in listeners(kernel.pid)), listeners(kernel.pid)
 
 
-def attacker_store(ports: set[tuple[str, int]]):  # type: ignore[no-untyped-def]
-    """Connect to the port that appeared in the kernel when the ranks started (the store)."""
+def attacker_store(port: int):  # type: ignore[no-untyped-def]
+    """A plain client of the session's store, knowing no secret."""
     import torch.distributed as dist
 
-    for ip, port in sorted(ports):
-        try:
-            store = dist.TCPStore(ip, port, is_master=False, timeout=timedelta(seconds=2))
-            store.list_keys()
-            return store
-        except Exception:
-            continue
-    pytest.fail(f"no TCPStore among the session's new listeners {ports}")
+    return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
 
 
 def plant(store, payload: Payload, seqs: range) -> None:  # type: ignore[no-untyped-def]
@@ -95,9 +97,9 @@ def plant(store, payload: Payload, seqs: range) -> None:  # type: ignore[no-unty
 
 
 def test_planted_commands_replies_and_abort_run_nothing(session, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    kernel, new = session
+    kernel, port = session
     marker = tmp_path / "ran"
-    plant(attacker_store(new), Payload(marker), range(1, 6))
+    plant(attacker_store(port), Payload(marker), range(1, 6))
 
     cell = kernel.run("%%ddp --return y --output all\ny = RANK + 41\n", timeout=60)
     assert cell.error is None, cell.traceback
@@ -108,6 +110,19 @@ def test_planted_commands_replies_and_abort_run_nothing(session, tmp_path: Path)
     cell = kernel.run("%%ddp --return y\ny = RANK\n", timeout=60)
     assert cell.error is None, cell.traceback
     assert kernel.run("print(_ddp)").stdout.strip() == "{0: 0, 1: 1}"
+
+
+def test_filling_the_store_costs_the_session_not_the_kernel(session) -> None:  # type: ignore[no-untyped-def]
+    """Whatever is written into the store is held by the process serving it: not the kernel,
+    whose memory (and the notebook's state) a stranger could otherwise exhaust."""
+    kernel, port = session
+    kernel_rss = psutil.Process(kernel.pid).memory_info().rss
+    store = attacker_store(port)
+    for i in range(16):
+        store.set(f"junk/{i}", b"\xff" * (8 << 20))  # 128 MiB in all
+    assert psutil.Process(kernel.pid).memory_info().rss - kernel_rss < 32 << 20
+    cell = kernel.run("%%ddp --return y\ny = RANK\n", timeout=60)
+    assert cell.error is None, cell.traceback
 
 
 class _DictStore:

@@ -140,7 +140,7 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         raise UsageError("--node-rank needs --rdzv-endpoint host:port of node 0")
     if ns.rdzv_endpoint is not None and shared_secret() is None:
         raise UsageError(
-            f"--rdzv-endpoint needs {SECRET_ENV}: the same random value (16+ characters) in the "
+            f"--rdzv-endpoint needs {SECRET_ENV}: the same random value (32+ characters) in the "
             "environment of every node's kernel, which signs the commands and replies that cross "
             "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'")
     return WorkerOptions(

@@ -21,8 +21,11 @@ from typing import Any
 
 TAG_BYTES = hashlib.sha256().digest_size
 SECRET_ENV = "JUPYTER_GPU_DDP_SECRET"  # multi-node: the same value on every node, set by the user
-# An abort older than this (before the gang started) is a replay from an earlier run.
-ABORT_CLOCK_SKEW_S = 60.0
+# An abort signed before the gang started (by more than the nodes' clock skew) is a replay of
+# an earlier run's. Within this window a replay is still accepted: it can only stop a run.
+ABORT_CLOCK_SKEW_S = 2.0
+MIN_SECRET_CHARS = 32  # 128 bits as hex: a signed message read off the network must not let
+# anyone guess the secret offline
 
 
 def new_secret() -> bytes:
@@ -31,9 +34,10 @@ def new_secret() -> bytes:
 
 
 def shared_secret() -> bytes | None:
-    """The multi-node key the user gave every node (``JUPYTER_GPU_DDP_SECRET``), or None."""
+    """The multi-node key the user gave every node (``JUPYTER_GPU_DDP_SECRET``), or None when
+    it is missing or too short to be random enough."""
     text = os.environ.get(SECRET_ENV, "").strip()
-    return hashlib.sha256(text.encode()).digest() if len(text) >= 16 else None
+    return hashlib.sha256(text.encode()).digest() if len(text) >= MIN_SECRET_CHARS else None
 
 
 class Channel:
@@ -68,9 +72,13 @@ class Channel:
 
     def take(self, key: str) -> Any | None:
         """The object under ``key`` if it is present and genuine; None otherwise."""
-        if not self.store.check([key]):
+        try:
+            if not self.store.check([key]):
+                return None
+            blob = self.store.get(key)
+        except RuntimeError:  # DistStoreError: deleted between check and get, by a stranger
             return None
-        payload = self.open(key, self.store.get(key))
+        payload = self.open(key, blob)
         return None if payload is None else pickle.loads(payload)
 
     def sign_abort(self, key: str) -> bytes:

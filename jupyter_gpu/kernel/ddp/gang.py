@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any, Callable, Iterator, Sequence
 
 from . import protocol
-from .channel import Channel, new_secret, shared_secret
+from .channel import SECRET_ENV, Channel, new_secret, shared_secret
 from .output import LogPump, tail
 from .protocol import Command, Reply
 
@@ -90,15 +90,45 @@ def loopback_store() -> Any:
                          timeout=timedelta(seconds=60), master_listen_fd=listener.detach())
 
 
-def visible_gpus() -> int:
-    """GPUs this kernel may use, counted without CUDA or NVML (so nothing is initialised)."""
-    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if mask is not None:
-        return len([d for d in mask.split(",") if d.strip() and not d.strip().startswith("-")])
-    try:
-        return len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return 0
+def host_store(conn: Any, kernel_pid: int) -> None:
+    """Entry point of the store's own process: serve until the kernel closes the pipe or dies.
+
+    Not in the kernel, because whatever anyone writes into the store is held by the process
+    that serves it: a stranger filling it must at worst end this session, not the notebook.
+    """
+    from .lifeline import bind_to_kernel, detach_from_terminal_signals
+
+    detach_from_terminal_signals()  # a kernel interrupt reaches the process group: not for us
+    bind_to_kernel(kernel_pid)
+    server = loopback_store()
+    conn.send(server.port)
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv()
+
+
+class StoreHost:
+    """The single-node store, served by a process forked from the forkserver (fast: torch is
+    already imported there) that dies with the kernel."""
+
+    def __init__(self, start_timeout: float = 60.0) -> None:
+        use_forkserver()
+        ctx = multiprocessing.get_context("forkserver")
+        self._conn, theirs = ctx.Pipe()
+        self._process = ctx.Process(target=host_store, args=(theirs, os.getpid()),
+                                    name="jupyter_gpu-ddp-store", daemon=True)
+        self._process.start()
+        theirs.close()
+        if not self._conn.poll(start_timeout):
+            self.close()
+            raise RuntimeError("the DDP store did not start")
+        self.port: int = self._conn.recv()
+
+    def close(self) -> None:
+        self._conn.close()  # the host's recv() returns: it exits
+        self._process.join(1.0)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(1.0)
 
 
 def use_forkserver() -> None:
@@ -200,12 +230,15 @@ class Gang:
         self.options = options
         self._extra_env = env or {}
         self.session = uuid.uuid4().hex[:12]
-        # Multi-node: the user's shared secret (args checked it is set); one node: a fresh one.
-        self.secret = new_secret() if self.single_node else (shared_secret() or b"")
+        # Multi-node: the user's shared secret; one node: a fresh one.
+        secret = new_secret() if self.single_node else shared_secret()
+        if secret is None:
+            raise ValueError(f"a multi-node launch needs {SECRET_ENV} (see the README)")
+        self.secret = secret
         self.channel: Channel | None = None
         self._abort: Channel | None = None
         self._started = time.time()
-        self._server: Any = None  # the single-node store this kernel hosts
+        self._host: StoreHost | None = None  # the single-node store's process
         self._entrypoint = entrypoint
         self._args = args
         self.ranks: list[int] = []
@@ -237,10 +270,11 @@ class Gang:
         opts = self.options
         n = opts.nproc
         if self.single_node:
-            self._server = loopback_store()
-            tcp = self._server.clone()
+            self._host = StoreHost()
+            tcp = dist.TCPStore("127.0.0.1", self._host.port, is_master=False,
+                                timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S))
             node_rank, nodes = 0, 1
-            store_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self._server.port),
+            store_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self._host.port),
                          "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
                          "TORCHELASTIC_USE_AGENT_STORE": "True",
                          "GLOO_SOCKET_IFNAME": loopback_interface(),
@@ -293,7 +327,7 @@ class Gang:
             info = self._handler.next_rendezvous()
         boot = info.bootstrap_store_info
         tcp = dist.TCPStore(boot.master_addr, boot.master_port, is_master=False,
-                            timeout=timedelta(seconds=60))
+                            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S))
         env = {"MASTER_ADDR": boot.master_addr, "MASTER_PORT": str(boot.master_port),
                "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
                "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store)}
@@ -498,6 +532,8 @@ class Gang:
                 self._handler.shutdown()
         # The stores stop listening once nothing holds them; IPython keeps the last traceback
         # (and with it this gang) alive, so let go of them here rather than on collection.
-        self._handler = self._server = None
+        self._handler = None
+        if self._host is not None:
+            self._host.close()
         if not self.keep_logs and self.log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)

@@ -174,7 +174,8 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
     a shared server) leaves it to the first launch.
     """
-    from .gang import prestart_forkserver, visible_gpus
+    from ...nvml.visible import visible_gpus
+    from .gang import prestart_forkserver
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)

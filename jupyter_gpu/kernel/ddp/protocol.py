@@ -21,6 +21,9 @@ CommandKind = Literal["init", "cell", "push", "pull", "stop"]
 # Session keys live under this prefix of the rendezvous store, then the session id.
 KEY_PREFIX = "jupyter_gpu/ddp"
 ABORT_KEY = "abort"  # set by any node's kernel when its ranks fail: other nodes stop theirs
+# Store requests of the kernel and the ranks (not their waits for the next command): a key a
+# stranger deleted between check and get costs this long, not a minute.
+STORE_TIMEOUT_S = 5.0
 
 
 def cmd_key(seq: int) -> str:

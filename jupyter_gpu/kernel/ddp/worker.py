@@ -67,7 +67,7 @@ class _Rank:
         self.world_size = int(os.environ["WORLD_SIZE"])
         tcp = dist.TCPStore(
             os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-            timeout=timedelta(seconds=60),
+            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
         )
         store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{config.session}/", tcp)
         self.channel = Channel(store, config.secret, config.session, f"rank {self.rank}")
