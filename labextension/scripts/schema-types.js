@@ -10,7 +10,10 @@ const fs = require('fs');
 const path = require('path');
 const { compileFromFile } = require('json-schema-to-typescript');
 
-const SCHEMA = path.resolve(__dirname, '../../jupyter_gpu/server/schema/api.schema.json');
+const SCHEMA = path.resolve(
+  __dirname,
+  '../../jupyter_gpu/server/schema/api.schema.json'
+);
 const OUTPUT = path.resolve(__dirname, '../src/types.ts');
 const BANNER = `/**
  * Shapes of the jupyter_gpu REST API (\`{baseUrl}api/gpu/...\`), generated from
@@ -35,7 +38,11 @@ function generate() {
     bannerComment: BANNER,
     customName: typeName,
     // format as the rest of src/ (package.json's prettier settings)
-    style: { bracketSpacing: true, printWidth: 80, ...require('../package.json').prettier }
+    style: {
+      bracketSpacing: true,
+      printWidth: 80,
+      ...require('../package.json').prettier
+    }
   });
 }
 

@@ -45,7 +45,13 @@ export function Sparkline(props: ISparklineProps): JSX.Element {
       aria-label={props.label}
     >
       <title>{props.label}</title>
-      <line className="jp-gpu-sparkline-grid" x1={0} x2={WIDTH} y1={HEIGHT / 2} y2={HEIGHT / 2} />
+      <line
+        className="jp-gpu-sparkline-grid"
+        x1={0}
+        x2={WIDTH}
+        y1={HEIGHT / 2}
+        y2={HEIGHT / 2}
+      />
       {d && <path className="jp-gpu-sparkline-line" d={d} />}
     </svg>
   );

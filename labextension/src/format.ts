@@ -112,7 +112,9 @@ export function formatPercent(
 
 /** A 0..1 ratio as a percentage. */
 export function formatRatio(ratio: number | null | undefined): string {
-  return isNumber(ratio) ? formatPercent(ratio * 100, ratio < 0.1 ? 1 : 0) : MISSING;
+  return isNumber(ratio)
+    ? formatPercent(ratio * 100, ratio < 0.1 ? 1 : 0)
+    : MISSING;
 }
 
 export function formatCelsius(c: number | null | undefined): string {
@@ -139,7 +141,9 @@ export function formatMHz(mhz: number | null | undefined): string {
   if (!isNumber(mhz)) {
     return MISSING;
   }
-  return mhz >= 1000 ? `${(mhz / 1000).toFixed(2)} GHz` : `${mhz.toFixed(0)} MHz`;
+  return mhz >= 1000
+    ? `${(mhz / 1000).toFixed(2)} GHz`
+    : `${mhz.toFixed(0)} MHz`;
 }
 
 /** Duration in seconds as `45 s`, `3 min`, `2 h`. */

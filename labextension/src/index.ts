@@ -29,7 +29,8 @@ function readSettings(settings: ISettingRegistry.ISettings): IGpuSettings {
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'GPU sidebar panel and status-bar item fed by the jupyter_gpu server extension.',
+  description:
+    'GPU sidebar panel and status-bar item fed by the jupyter_gpu server extension.',
   autoStart: true,
   optional: [ISettingRegistry, IStatusBar, ILayoutRestorer, ICommandPalette],
   activate: (

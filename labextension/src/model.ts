@@ -82,9 +82,17 @@ export class GpuModel extends VDomModel {
 
   set settings(value: IGpuSettings) {
     this._settings = { ...DEFAULT_SETTINGS, ...value };
-    this._telemetryPoll.frequency = this._frequency(this._settings.refreshInterval);
-    this._kernelsPoll.frequency = this._frequency(this._settings.kernelsInterval);
-    this._history = mergeHistory(this._history, [], this._settings.historySeconds);
+    this._telemetryPoll.frequency = this._frequency(
+      this._settings.refreshInterval
+    );
+    this._kernelsPoll.frequency = this._frequency(
+      this._settings.kernelsInterval
+    );
+    this._history = mergeHistory(
+      this._history,
+      [],
+      this._settings.historySeconds
+    );
     this.stateChanged.emit();
   }
 

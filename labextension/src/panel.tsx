@@ -74,7 +74,9 @@ export class GpuPanel extends VDomRenderer<GpuModel> {
             {m.error}
           </div>
         )}
-        {!m.loaded && !m.error && <div className="jp-gpu-loading">Loading GPU figures…</div>}
+        {!m.loaded && !m.error && (
+          <div className="jp-gpu-loading">Loading GPU figures…</div>
+        )}
         {m.available === false && <NoGpu reason={m.reason} />}
         {m.available && <Cards model={m} />}
         {m.available && <Holders model={m} openPath={this._openPath} />}
@@ -131,7 +133,9 @@ function Cards(props: { model: GpuModel }): JSX.Element {
   const t = m.telemetry;
   const gpus = m.gpus;
   if (!t || gpus.length === 0) {
-    return <div className="jp-gpu-empty">No GPU selected (see the settings).</div>;
+    return (
+      <div className="jp-gpu-empty">No GPU selected (see the settings).</div>
+    );
   }
   const t1 = t.now;
   const t0 = t1 - m.settings.historySeconds;
@@ -228,7 +232,10 @@ function Card(props: ICardProps): JSX.Element {
           {formatCelsius(g.temperature_celsius)}
         </Reading>
         <Reading gpu={g} field="power_watts" label="Power">
-          {formatPower(g.power_watts, g.power_limit_watts ?? device?.power_limit_watts)}
+          {formatPower(
+            g.power_watts,
+            g.power_limit_watts ?? device?.power_limit_watts
+          )}
         </Reading>
         <Reading gpu={g} field="clock_sm_mhz" label="SM clock">
           {formatMHz(g.clock_sm_mhz)}
@@ -264,7 +271,11 @@ function Mig(props: { device: Device | undefined }): JSX.Element | null {
   if (!d.mig_mode) {
     const why = d.unsupported?.mig_mode;
     return why ? (
-      <span className="jp-gpu-badge jp-gpu-mig-off" title={why} data-field="mig">
+      <span
+        className="jp-gpu-badge jp-gpu-mig-off"
+        title={why}
+        data-field="mig"
+      >
         MIG not supported
       </span>
     ) : null;
@@ -274,7 +285,11 @@ function Mig(props: { device: Device | undefined }): JSX.Element | null {
     return null;
   }
   const label =
-    current === pending ? 'MIG' : pending ? 'MIG after reset' : 'MIG off after reset';
+    current === pending
+      ? 'MIG'
+      : pending
+        ? 'MIG after reset'
+        : 'MIG off after reset';
   return (
     <span
       className="jp-gpu-badge jp-gpu-mig"
@@ -295,7 +310,11 @@ function Value(props: {
   const why = props.gpu.unsupported?.[props.field as string];
   if (props.gpu[props.field] === null && why) {
     return (
-      <span className="jp-gpu-value jp-gpu-unsupported" title={why} data-field={props.field}>
+      <span
+        className="jp-gpu-value jp-gpu-unsupported"
+        title={why}
+        data-field={props.field}
+      >
         not supported
       </span>
     );
@@ -336,7 +355,9 @@ function Holders(props: {
   if (m.kernels === null) {
     body = <div className="jp-gpu-loading">Loading…</div>;
   } else if (m.kernels.state !== 'ok') {
-    body = <div className="jp-gpu-empty">{m.kernels.reason ?? 'Not available.'}</div>;
+    body = (
+      <div className="jp-gpu-empty">{m.kernels.reason ?? 'Not available.'}</div>
+    );
   } else if (h.kernels.length === 0 && h.unattributed.length === 0) {
     body = <div className="jp-gpu-empty">No process holds GPU memory.</div>;
   } else {
@@ -364,7 +385,8 @@ function Holders(props: {
       {body}
       {h.hidden > 0 && (
         <div className="jp-gpu-hint" data-field="hidden">
-          {h.hidden} process{h.hidden === 1 ? '' : 'es'} of other users not shown.
+          {h.hidden} process{h.hidden === 1 ? '' : 'es'} of other users not
+          shown.
         </div>
       )}
     </section>
@@ -409,13 +431,22 @@ function KernelRow(props: {
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
       </div>
       {k.allocator_state === 'ok' && k.allocator ? (
-        <Allocator allocator={k.allocator} gpus={props.gpuList} units={props.units} />
+        <Allocator
+          allocator={k.allocator}
+          gpus={props.gpuList}
+          units={props.units}
+        />
       ) : (
         kernelMemory(k) > 0 && (
-          <div className="jp-gpu-hint" data-field="allocator-missing" title={k.allocator_reason ?? undefined}>
+          <div
+            className="jp-gpu-hint"
+            data-field="allocator-missing"
+            title={k.allocator_reason ?? undefined}
+          >
             {k.allocator_state === 'no_stats' ? (
               <>
-                No PyTorch allocator figures: run <code>%load_ext jupyter_gpu</code> in this notebook.
+                No PyTorch allocator figures: run{' '}
+                <code>%load_ext jupyter_gpu</code> in this notebook.
               </>
             ) : (
               `No PyTorch allocator figures: ${k.allocator_reason}.`
@@ -445,7 +476,9 @@ function Allocator(props: {
         return (
           <div key={d.index} className="jp-gpu-allocator-device">
             <span className="jp-gpu-chip">
-              {nvml === null ? `cuda:${d.index}` : `GPU ${nvml} (cuda:${d.index})`}
+              {nvml === null
+                ? `cuda:${d.index}`
+                : `GPU ${nvml} (cuda:${d.index})`}
             </span>{' '}
             allocated {formatBytes(d.allocated_bytes, u)} · cached{' '}
             {formatBytes(d.reserved_bytes, u)} ·{' '}
@@ -468,7 +501,10 @@ function Allocator(props: {
   );
 }
 
-function ProcessRow(props: { proc: UnattributedProcess; units: MemoryUnits }): JSX.Element {
+function ProcessRow(props: {
+  proc: UnattributedProcess;
+  units: MemoryUnits;
+}): JSX.Element {
   const p = props.proc;
   return (
     <li className="jp-gpu-holder jp-gpu-process" data-pid={p.pid}>

@@ -35,7 +35,9 @@ export async function requestAPI<R extends keyof Replies>(
   let url = URLExt.join(settings.baseUrl, API_NAMESPACE, route);
   const params = Object.keys(query)
     .filter(k => query[k] !== undefined)
-    .map(k => `${encodeURIComponent(k)}=${encodeURIComponent(String(query[k]))}`);
+    .map(
+      k => `${encodeURIComponent(k)}=${encodeURIComponent(String(query[k]))}`
+    );
   if (params.length) {
     url += `?${params.join('&')}`;
   }

@@ -241,12 +241,14 @@ export function holders(
   indices: number[] = []
 ): IHolders {
   if (!reply || reply.state !== 'ok') {
-    return { kernels: [], unattributed: [], hidden: reply?.hidden_processes ?? 0 };
+    return {
+      kernels: [],
+      unattributed: [],
+      hidden: reply?.hidden_processes ?? 0
+    };
   }
   const kernels = reply.kernels
-    .filter(
-      k => kernelMemory(k, indices) > 0 || k.allocator_state === 'ok'
-    )
+    .filter(k => kernelMemory(k, indices) > 0 || k.allocator_state === 'ok')
     .sort((a, b) => kernelMemory(b, indices) - kernelMemory(a, indices));
   const unattributed = selectGpus(
     reply.unattributed.map(u => ({ ...u, index: u.gpu_index })),

@@ -27,7 +27,10 @@ export function statusText(m: ISummarySource): { text: string; title: string } {
   }
   const g = m.busiest;
   if (!g) {
-    return { text: 'GPU: lost', title: 'None of the selected GPUs is answering' };
+    return {
+      text: 'GPU: lost',
+      title: 'None of the selected GPUs is answering'
+    };
   }
   const util = formatPercent(g.utilization_gpu_percent);
   const mem = formatBytesOf(

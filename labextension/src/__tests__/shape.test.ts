@@ -149,11 +149,19 @@ describe('series and linePath', () => {
 
   it('follows a GPU whose UUID NVML could not read by its index', () => {
     const blind = [
-      sample(100, [gpu(0, { uuid: null, memory_used_bytes: 1 }), gpu(1, { uuid: null })]),
-      sample(101, [gpu(1, { uuid: null }), gpu(0, { uuid: null, memory_used_bytes: 2 })])
+      sample(100, [
+        gpu(0, { uuid: null, memory_used_bytes: 1 }),
+        gpu(1, { uuid: null })
+      ]),
+      sample(101, [
+        gpu(1, { uuid: null }),
+        gpu(0, { uuid: null, memory_used_bytes: 2 })
+      ])
     ];
     assert.deepEqual(
-      series(blind, { index: 0, uuid: null }, 'memory_used_bytes').map(p => p.v),
+      series(blind, { index: 0, uuid: null }, 'memory_used_bytes').map(
+        p => p.v
+      ),
       [1, 2]
     );
     const devices = [1, 0].map(index => ({ index, uuid: null }) as Device);
@@ -162,7 +170,14 @@ describe('series and linePath', () => {
 
   it('draws a path in the frame, lifting the pen over gaps', () => {
     const pts = series(history, gpu(0), 'utilization_gpu_percent');
-    const frame = { t0: 100, t1: 104, yMin: 0, yMax: 100, width: 40, height: 10 };
+    const frame = {
+      t0: 100,
+      t1: 104,
+      yMin: 0,
+      yMax: 100,
+      width: 40,
+      height: 10
+    };
     assert.equal(linePath(pts, frame), 'M0 10 L10 5 M30 0');
   });
 
@@ -194,7 +209,10 @@ function kernel(over: Partial<Kernel> = {}): Kernel {
   };
 }
 
-function kernelsReply(kernels: Kernel[], over: Partial<KernelsReply> = {}): KernelsReply {
+function kernelsReply(
+  kernels: Kernel[],
+  over: Partial<KernelsReply> = {}
+): KernelsReply {
   return {
     version: 1,
     available: true,
@@ -211,7 +229,10 @@ function kernelsReply(kernels: Kernel[], over: Partial<KernelsReply> = {}): Kern
 describe('who holds GPU memory', () => {
   it('labels kernels by notebook name, else by kernel name and id', () => {
     assert.equal(kernelLabel(kernel()), 'train.ipynb');
-    assert.equal(kernelLabel(kernel({ path: null })), 'python3 kernel abcdef12');
+    assert.equal(
+      kernelLabel(kernel({ path: null })),
+      'python3 kernel abcdef12'
+    );
   });
 
   it('lists kernels holding memory on the selected GPUs, largest first, then processes', () => {
@@ -220,20 +241,41 @@ describe('who holds GPU memory', () => {
         kernel({ id: 'a', gpu_memory: [] }),
         kernel({
           id: 'b',
-          gpu_memory: [{ gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: GiB, pids: [1] }]
+          gpu_memory: [
+            { gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: GiB, pids: [1] }
+          ]
         }),
         kernel({
           id: 'c',
           gpu_memory: [
             { gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: GiB, pids: [2] },
-            { gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: 9 * GiB, pids: [2] }
+            {
+              gpu_index: 1,
+              uuid: 'GPU-1',
+              used_memory_bytes: 9 * GiB,
+              pids: [2]
+            }
           ]
         })
       ],
       {
         unattributed: [
-          { pid: 7, gpu_index: 1, uuid: 'GPU-1', used_memory_bytes: GiB, user: null, command: null },
-          { pid: 8, gpu_index: 0, uuid: 'GPU-0', used_memory_bytes: 2 * GiB, user: 'x', command: 'python' }
+          {
+            pid: 7,
+            gpu_index: 1,
+            uuid: 'GPU-1',
+            used_memory_bytes: GiB,
+            user: null,
+            command: null
+          },
+          {
+            pid: 8,
+            gpu_index: 0,
+            uuid: 'GPU-0',
+            used_memory_bytes: 2 * GiB,
+            user: 'x',
+            command: 'python'
+          }
         ],
         hidden_processes: 3
       }
@@ -249,10 +291,7 @@ describe('who holds GPU memory', () => {
     );
     assert.equal(all.hidden, 3);
     const gpu0 = holders(reply, [0]);
-    assert.deepEqual(
-      gpu0.kernels.map(k => k.id).sort(),
-      ['b', 'c']
-    );
+    assert.deepEqual(gpu0.kernels.map(k => k.id).sort(), ['b', 'c']);
     assert.deepEqual(
       gpu0.unattributed.map(u => u.pid),
       [8]
@@ -270,7 +309,12 @@ describe('who holds GPU memory', () => {
       age_seconds: 1
     };
     const reply = kernelsReply([
-      kernel({ id: 'figures', allocator: figures, allocator_state: 'ok', allocator_reason: null }),
+      kernel({
+        id: 'figures',
+        allocator: figures,
+        allocator_state: 'ok',
+        allocator_reason: null
+      }),
       kernel({
         id: 'no-cuda',
         allocator: { ...figures, cuda_in_use: false },
@@ -286,7 +330,11 @@ describe('who holds GPU memory', () => {
   });
 
   it('is empty when the server has no kernel figures', () => {
-    assert.deepEqual(holders(null), { kernels: [], unattributed: [], hidden: 0 });
+    assert.deepEqual(holders(null), {
+      kernels: [],
+      unattributed: [],
+      hidden: 0
+    });
   });
 });
 
@@ -297,19 +345,35 @@ describe('status-bar summary', () => {
     available: true,
     reason: null,
     simulated: false,
-    busiest: gpu(1, { utilization_gpu_percent: 87, memory_used_bytes: 30.1 * GiB }),
+    busiest: gpu(1, {
+      utilization_gpu_percent: 87,
+      memory_used_bytes: 30.1 * GiB
+    }),
     settings: { memoryUnits: 'binary' as const }
   };
 
   it('shows the busiest GPU with utilisation and memory', () => {
     assert.equal(statusText(base).text, 'GPU 1: 87% · 30.1 / 140 GiB');
-    assert.equal(statusText({ ...base, simulated: true }).text, 'GPU 1: 87% · 30.1 / 140 GiB · sim');
+    assert.equal(
+      statusText({ ...base, simulated: true }).text,
+      'GPU 1: 87% · 30.1 / 140 GiB · sim'
+    );
   });
 
   it('says no GPU with the reason as tooltip, offline before any answer, waiting before data', () => {
-    const none = statusText({ ...base, available: false, reason: 'NVML: driver not loaded' });
-    assert.deepEqual(none, { text: 'no GPU', title: 'NVML: driver not loaded' });
-    assert.equal(statusText({ ...base, loaded: false, error: 'down' }).text, 'GPU: offline');
+    const none = statusText({
+      ...base,
+      available: false,
+      reason: 'NVML: driver not loaded'
+    });
+    assert.deepEqual(none, {
+      text: 'no GPU',
+      title: 'NVML: driver not loaded'
+    });
+    assert.equal(
+      statusText({ ...base, loaded: false, error: 'down' }).text,
+      'GPU: offline'
+    );
     assert.equal(statusText({ ...base, available: null }).text, 'GPU …');
     assert.equal(statusText({ ...base, busiest: null }).text, 'GPU: lost');
   });
@@ -317,7 +381,10 @@ describe('status-bar summary', () => {
 
 describe('gpuIndexForUuid', () => {
   it("matches NVML's GPU- prefixed UUIDs to PyTorch's bare ones", () => {
-    const gpus = [gpu(0, { uuid: 'GPU-2da622ba' }), gpu(1, { uuid: 'GPU-D57917B3' })];
+    const gpus = [
+      gpu(0, { uuid: 'GPU-2da622ba' }),
+      gpu(1, { uuid: 'GPU-D57917B3' })
+    ];
     assert.equal(gpuIndexForUuid(gpus, '2da622ba'), 0);
     assert.equal(gpuIndexForUuid(gpus, 'GPU-d57917b3'), 1);
     assert.equal(gpuIndexForUuid(gpus, 'ffff'), null);

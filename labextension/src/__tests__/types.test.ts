@@ -6,8 +6,12 @@ import { it } from 'node:test';
 const schemaTypes: {
   generate(): Promise<string>;
   OUTPUT: string;
+  // eslint-disable-next-line @typescript-eslint/no-var-requires -- a CommonJS script, no types
 } = require('../../scripts/schema-types.js');
 
 it('src/types.ts is what the server schemas generate (else run `jlpm build:schema`)', async () => {
-  assert.equal(readFileSync(schemaTypes.OUTPUT, 'utf8'), await schemaTypes.generate());
+  assert.equal(
+    readFileSync(schemaTypes.OUTPUT, 'utf8'),
+    await schemaTypes.generate()
+  );
 });
