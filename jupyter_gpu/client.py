@@ -155,7 +155,7 @@ def _read_server_file(path: Path) -> _Found | None:
     if not isinstance(info, dict):
         return None
     pid, url, token, root = info.get("pid"), info.get("url"), info.get("token"), info.get("root_dir")
-    if not (isinstance(url, str) and _serves(pid, url)):
+    if not (isinstance(pid, int) and isinstance(url, str) and _serves(pid, url)):
         return None
     try:
         server = server_at(url, token if isinstance(token, str) and token else os.environ.get("JUPYTERHUB_API_TOKEN"))

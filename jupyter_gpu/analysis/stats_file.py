@@ -136,7 +136,7 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
     if doc.get("kernel_id") != kernel_id:
         return None, "kernel_id does not match the file name"
     pid = doc.get("pid")
-    if not (_is_count(pid, MAX_PID) and pid > 0):
+    if not (isinstance(pid, int) and _is_count(pid, MAX_PID) and pid > 0):
         return None, f"pid is not an integer from 1 to {MAX_PID}"
     if not _is_number(doc.get("time")):
         return None, "time is not a finite number"

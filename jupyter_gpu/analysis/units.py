@@ -51,7 +51,7 @@ def _known(n: float | None) -> bool:
 
 def format_bytes(n: int | float | None) -> str:
     """``n`` bytes, e.g. "38.0 MiB"; "n/a" when the figure is unknown."""
-    if not _known(n):
+    if n is None or not _known(n):
         return MISSING
     power = _unit_power(abs(n))
     return f"{'-' if n < 0 else ''}{_scaled(abs(n), power)} {UNITS[power]}"
@@ -60,10 +60,12 @@ def format_bytes(n: int | float | None) -> str:
 def format_bytes_of(used: int | float | None, total: int | float | None) -> str:
     """"used / total" in the unit of the total, e.g. "30.1 / 140 GiB"; a ``used`` too small to
     show in that unit gets its own ("3.25 MiB / 140 GiB")."""
-    if not _known(total):
+    if total is None or not _known(total):
         return format_bytes(used)
     power = _unit_power(abs(total))
     of = f"{_scaled(total, power)} {UNITS[power]}"
-    if _known(used) and 0 < used < KiB**power / 100:
+    if used is None or not _known(used):
+        return f"{MISSING} / {of}"
+    if 0 < used < KiB**power / 100:
         return f"{format_bytes(used)} / {of}"
-    return f"{_scaled(used, power) if _known(used) else MISSING} / {of}"
+    return f"{_scaled(used, power)} / {of}"

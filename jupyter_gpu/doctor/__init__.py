@@ -33,7 +33,8 @@ def no_gpu_reason() -> str | None:
     try:
         import torch
     except ImportError:
-        torch = None
-    if torch is not None and torch.cuda.is_available():
-        return None
+        pass
+    else:
+        if torch.cuda.is_available():
+            return None
     return diagnose(allow_cuda_init=True, check_server=False).verdict

@@ -63,6 +63,6 @@ def evaluate(facts: Facts) -> Diagnosis:
         if warns:
             verdict += f" ({len(warns)} warning{'s' if len(warns) > 1 else ''})"
         return Diagnosis(checks, verdict, True, None, facts)
-    primary = (fails or warns or [None])[0]
+    primary = (fails or warns)[0] if fails or warns else None
     reason = primary.summary if primary else "torch reports no usable GPU"
     return Diagnosis(checks, f"No GPU: {reason}", False, primary, facts)

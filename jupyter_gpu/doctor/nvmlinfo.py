@@ -51,7 +51,10 @@ def _device(reader: Any, index: int) -> NvmlDevice:
 
 def _version(text: str | None) -> tuple[int, int] | None:
     """The reader's "13.0" as (13, 0)."""
-    return tuple(int(part) for part in text.split(".")) if text else None
+    if not text:
+        return None
+    major, _, minor = text.partition(".")
+    return int(major), int(minor.split(".")[0] or 0)
 
 
 def read_nvml(backend: Any = None) -> NvmlInfo:

@@ -139,6 +139,8 @@ def _cuda_memory(torch: Any) -> tuple[int, int]:
 class AmpMagics(Magics):
     """Mixed precision for one cell (``%%amp``) or for every cell (``%amp on``)."""
 
+    shell: InteractiveShell  # always set for magics registered on a shell
+
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.persistent: AmpSettings | None = None

@@ -120,10 +120,10 @@ class Monitor:
         for device in range(torch.cuda.device_count()):
             if device not in self._uuids:
                 self._uuids[device] = nvml_uuid(torch, device)
-            row = rows.get(self._uuids[device])
+            shown = rows.get(self._uuids[device])
             reserved = torch.cuda.memory_reserved(device)
-            if row is not None and reserved:
-                texts[row.index] = (f"this kernel (cuda:{device}): {format_bytes(torch.cuda.memory_allocated(device))} "
+            if shown is not None and reserved:
+                texts[shown.index] = (f"this kernel (cuda:{device}): {format_bytes(torch.cuda.memory_allocated(device))} "
                                     f"allocated, {format_bytes(reserved)} reserved")
         for row in self.rows:
             row.allocator(texts.get(row.index, "this kernel: nothing allocated"))

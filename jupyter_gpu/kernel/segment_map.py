@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..analysis.fragmentation import ALLOCATED, INACTIVE, PENDING_FREE, POOLS, free_block_parts
 from ..analysis.units import format_bytes
@@ -108,7 +108,7 @@ class _Strip:
         return max(1, int(-(-self.cursor // WIDTH)))
 
 
-def segment_map_svg(segments: list[Mapping[str, Any]]) -> str:
+def segment_map_svg(segments: Sequence[Mapping[str, Any]]) -> str:
     """SVG of the given segments (one device's); an empty map says so."""
     rects: list[str] = []
     texts: list[str] = []

@@ -31,6 +31,8 @@ def _parse_devices(text: str | None, torch: Any) -> list[int]:
 
 @magics_class
 class WarmupMagics(Magics):
+    shell: InteractiveShell  # always set for magics registered on a shell
+
     @magic_arguments()
     @argument("--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)")
     @argument("--nccl", action="store_true", help="also start an NCCL communicator (in this process only)")

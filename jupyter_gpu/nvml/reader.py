@@ -10,6 +10,7 @@ does: an old driver costs one failed call per session, not one per sample.
 """
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
@@ -201,7 +202,7 @@ class NvmlReader:
                 values,
                 unsupported,
                 name,
-                lambda c=counter: nvml.nvmlDeviceGetPcieThroughput(h, c),
+                functools.partial(nvml.nvmlDeviceGetPcieThroughput, h, counter),
                 lambda kib: kib * 1024,
             )
         return values, unsupported

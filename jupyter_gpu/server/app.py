@@ -79,6 +79,7 @@ class GPUMonitor(ExtensionApp):
             verify_pids=not self.simulated,
             log=self.log,
         )
+        assert self.serverapp is not None  # set by jupyter_server before extensions load
         self.kernels = KernelView(
             self.sampler,
             self.serverapp.kernel_manager,

@@ -158,6 +158,7 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
 def cell_options(ns: argparse.Namespace, world_size: int, default_return: str | None) -> CellOptions:
     """Check the per-cell arguments against the world they will run in."""
     push = tuple(_name(p.strip(), "--push") for p in ns.push.split(",") if p.strip())
+    output: tuple[int, ...] | None
     if ns.output.strip() == "all":
         output = None
     elif ns.output.strip() == "none":

@@ -20,6 +20,8 @@ from .args import cell_arguments, worker_arguments
 class DDPMagics(Magics):
     """Run notebook cells on N ranks with torch.distributed, once or in persistent workers."""
 
+    shell: InteractiveShell  # always set for magics registered on a shell
+
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.session: Any = None  # session.Session, imported lazily

@@ -37,7 +37,7 @@ class CellStreams:
         try:
             stream.write(text)
         finally:
-            stream.reset_thread_parent(token)
+            getattr(stream, "reset_thread_parent")(token)  # noqa: B009 - ipykernel's OutStream only
 
     def flush(self) -> None:
         for stream in self.streams.values():

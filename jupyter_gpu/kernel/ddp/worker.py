@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import linecache
 import os
 import signal
@@ -33,7 +34,8 @@ def main(config: WorkerConfig) -> None:
     detach_from_terminal_signals()
     bind_to_kernel(config.kernel_pid)
     for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True)  # files behind them: flush per line, live output
+        if isinstance(stream, io.TextIOWrapper):  # files behind them: flush per line, live output
+            stream.reconfigure(line_buffering=True)
     sys.path[:] = config.sys_path  # the kernel's, now (the forkserver has the one from its start)
     os.chdir(config.cwd)
     _Rank(config).serve()
