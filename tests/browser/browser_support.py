@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -215,6 +216,21 @@ def open_lab(page, server: LabServer, path: str = "lab") -> None:
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.restored !== undefined")
     # the layout (open sidebar panels) is restored from the workspace before tests click on it
     page.evaluate("() => window.jupyterapp.restored")
+
+
+def run_page_until(page, what: str, done: Callable[[], bool], timeout_s: float = 30,
+                   event: str = "request") -> None:
+    """Let the page run until ``done()`` holds, looking again at each ``event`` it fires (what the
+    test records comes from its requests); fail naming ``what`` after ``timeout_s``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}", pytrace=False)
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_event(event, timeout=left * 1000)
 
 
 def open_gpu_panel(page) -> None:
