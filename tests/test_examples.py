@@ -109,6 +109,8 @@ CHECKS: dict[str, Callable[[nbformat.NotebookNode, bool], None]] = {
 def run_and_check(path: Path, gpu: bool) -> None:
     assert path.name in CHECKS, f"{path.name} has no check in {__name__}.CHECKS"
     notebook = execute(path)  # raises CellExecutionError on an error in a cell not tagged raises-exception
+    shown = "\n".join(text(c) for c in notebook.cells if c.cell_type == "code")
+    assert "Failed to initialize NumPy" not in shown, "torch found no numpy (the kernel extra brings it)"
     CHECKS[path.name](notebook, gpu)
 
 
