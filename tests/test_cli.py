@@ -108,6 +108,14 @@ def test_jupyter_finds_the_subcommand(tmp_path):
     assert "{status,doctor,warmup,preflight}" in done.stdout and "3 no usable GPU" in done.stdout
 
 
+def test_help_names_the_magics_as_typed_in_a_notebook():
+    """argparse %-formats help lines but not descriptions: '%%' must appear only where it is formatted."""
+    doctor, top = cli("doctor", "--help").stdout, cli("--help").stdout
+    assert "The checklist of %gpu_doctor:" in doctor
+    assert "run %gpu_warmup's steps" in top
+    assert "%%" not in doctor + top
+
+
 @pytest.mark.parametrize("args, message", [
     ((), None),
     (("status", "--url", "localhost:8888"), "give the server's address"),

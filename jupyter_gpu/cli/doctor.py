@@ -10,7 +10,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "doctor",
         help="why torch cannot use a GPU here, or confirmation that it can (exit 1 on any FAIL)",
-        description="The checklist of %%gpu_doctor: torch's build, the driver, CUDA_VISIBLE_DEVICES, "
+        description="The checklist of %gpu_doctor: torch's build, the driver, CUDA_VISIBLE_DEVICES, "
         "architecture, ECC, MIG, allocator settings, cuDNN, NCCL, /dev/shm, NVML, the server "
         "extension. Each problem comes with a fix. Exits 1 when any check FAILs.",
     )
