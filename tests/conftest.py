@@ -5,9 +5,13 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,6 +33,17 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
+
+
+def wait_until(what: str, check: Callable[[], T], timeout: float = 10.0) -> T:
+    """Poll ``check`` until it returns something true, and return that; fail naming ``what``
+    once ``timeout`` seconds have passed (a wait in a test never ends quietly)."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}", pytrace=False)
+        time.sleep(0.01)
+    return value
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

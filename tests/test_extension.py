@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
+from conftest import wait_until
 from jupyter_client.manager import KernelManager
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,16 +99,6 @@ class RealKernel:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    """Poll ``check`` until it returns something true; fail with ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: still not the case after {timeout} s", pytrace=False)
-        time.sleep(0.05)
-    return value
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ import time
 import types
 import uuid
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from _fake_torch import UUID0, FakeCuda, install
+from conftest import wait_until
 from IPython.core.getipython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
@@ -51,15 +51,6 @@ def agent(tmp_path: Path):
 
 def _read(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def _wait_for(what: str, predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` when ``timeout`` s pass first."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_before_cuda_writes_no_cuda_in_use(agent, monkeypatch) -> None:
@@ -180,7 +171,7 @@ def test_writes_are_atomic_and_leave_no_temp_files(agent, monkeypatch) -> None:
     writes = itertools.count(1)  # the agent's clock: each file carries the number of its write
     a = agent(interval=0.0005, snapshot_interval=0.0, clock=lambda: next(writes))
     a.start()
-    _wait_for("the agent's first write", a.path.exists)
+    wait_until("the agent's first write", a.path.exists)
     written, errors = 0, []
     deadline = time.monotonic() + 30
     while written < 200:  # read while the agent replaces the file 200 times
@@ -243,7 +234,7 @@ def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
     threads = threading.active_count()
     undo = agent_module.register(ip)
     path = tmp_path / file_name(KID)
-    _wait_for("the agent's stats file", path.exists)
+    wait_until("the agent's stats file", path.exists)
     assert _read(path)["cuda_in_use"] is False
     undo()
     assert not path.exists()
@@ -348,19 +339,19 @@ def test_real_kernel(kernel, tmp_path: Path) -> None:
     km, kc = kernel
     path = tmp_path / file_name(KID)
     _execute(kc, "%load_ext jupyter_gpu")
-    _wait_for("the agent's stats file", path.exists, timeout=30)
+    wait_until("the agent's stats file", path.exists, timeout=30)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     stats, reason = read_kernel_stats(tmp_path, KID)
     assert reason is None and stats["cuda_in_use"] is False
     assert stats["pid"] == km.provisioner.pid
     imported_at = float(_execute(kc, "import time, torch; x = torch.ones(4); print(time.time())"))
-    _wait_for("the agent to write again after torch was imported",
+    wait_until("the agent to write again after torch was imported",
               lambda: (read_kernel_stats(tmp_path, KID).stats or {}).get("time", 0) > imported_at, timeout=30)
     assert read_kernel_stats(tmp_path, KID).stats["cuda_in_use"] is False
     assert _execute(kc, "print(torch.cuda.is_initialized())").strip() == "False"
     _execute(kc, "%unload_ext jupyter_gpu")
     assert not path.exists()
     _execute(kc, "%load_ext jupyter_gpu")
-    _wait_for("the stats file after loading again", path.exists, timeout=30)
+    wait_until("the stats file after loading again", path.exists, timeout=30)
     km.shutdown_kernel(now=False)
-    _wait_for("the stats file to go with the kernel", lambda: not path.exists(), timeout=30)
+    wait_until("the stats file to go with the kernel", lambda: not path.exists(), timeout=30)
