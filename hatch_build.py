@@ -48,7 +48,7 @@ def frontend_plan(root: Path, node_version: int | None, env: Mapping[str, str]) 
     if skip:
         return "skip", f"{skip[0]} is set: the JupyterLab frontend is not built (no GPU panel unless it is built already)"
     if node_version is not None and node_version >= NODE_MIN:
-        return "build", f"building the JupyterLab frontend with Node.js {node_version}"
+        return "build", f"Node.js {node_version} builds the JupyterLab frontend (unless a current build is there)"
     found = "not found on PATH" if node_version is None else f"the node on PATH is version {node_version}"
     if (root / BUNDLE).is_file():
         return "prebuilt", (f"Node.js >= {NODE_MIN} is needed to build the JupyterLab frontend ({found}): "
