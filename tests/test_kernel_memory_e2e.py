@@ -66,8 +66,13 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
     stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats)
     assert stats["pid"] == kernel.provisioner.pid
     assert stats["cuda_in_use"] is False and stats["devices"] == []
-    out, _ = await execute(kernel, "import time; time.sleep(1.5); print(torch.cuda.is_initialized())")
-    assert out.strip() == "False"  # the agent ran meanwhile, and did not initialise CUDA
+    def a_later_write():
+        later = read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats
+        return later if later and later["time"] > stats["time"] else None
+
+    await poll(a_later_write)  # the agent ran again with torch imported...
+    out, _ = await execute(kernel, "print(torch.cuda.is_initialized())")
+    assert out.strip() == "False"  # ...and did not initialise CUDA
     await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
     assert read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats is None
     path = Path(jp_serverapp.runtime_dir) / f"jupyter_gpu-kernel-{kernel_id}.json"
@@ -106,6 +111,10 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
     assert "OutOfMemoryError" in error  # the original traceback is still there
     assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
     assert "notebook team/hog.ipynb" in out
-    stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats)
-    assert stats["cuda_in_use"] is True and stats["devices"][0]["num_ooms"] >= 1
+    def after_the_oom():  # the agent's file from before the cell ran says no CUDA yet
+        stats = read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats
+        return stats if stats and stats["cuda_in_use"] else None
+
+    stats = await poll(after_the_oom)
+    assert stats["devices"][0]["num_ooms"] >= 1
     print(out)

@@ -1,11 +1,10 @@
 """The sampler and the attribution join, without a server."""
 from __future__ import annotations
 
-import time
 
 import pynvml
 
-from conftest import READINGS
+from conftest import READINGS, wait_until
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 from jupyter_gpu.server.attribution import KernelRef, attribute
@@ -18,19 +17,12 @@ def make_sampler(nvml: SimulatedNVML, **kwargs) -> Sampler:
     return Sampler(lambda: NvmlReader(nvml), verify_pids=False, **{**options, **kwargs})
 
 
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 def test_history_is_bounded_by_its_duration():
     sampler = make_sampler(SimulatedNVML.from_file(READINGS))
     sampler.start()
     try:
-        wait_until(lambda: len(sampler.since(None)) >= 10)
-        time.sleep(0.3)
+        first = wait_until("ten samples", lambda: len(sampler.since(None)) >= 10 and sampler.since(None)[0])
+        wait_until("the oldest sample to be dropped", lambda: sampler.since(None)[0] is not first)
         assert len(sampler.since(None)) == 10  # 0.2 s of history at 0.02 s
     finally:
         sampler.stop()
@@ -41,7 +33,7 @@ def test_slow_fields_are_read_far_less_often_than_fast_ones():
     sampler = make_sampler(nvml)
     sampler.start()
     try:
-        wait_until(lambda: nvml.calls["nvmlDeviceGetTemperature"] >= 100)
+        wait_until("100 temperature reads", lambda: nvml.calls["nvmlDeviceGetTemperature"] >= 100)
     finally:
         sampler.stop()
     assert nvml.calls["nvmlDeviceGetPcieThroughput"] <= nvml.calls["nvmlDeviceGetTemperature"] / 5
@@ -53,9 +45,10 @@ def test_sampler_starts_once_the_driver_appears():
     sampler = make_sampler(nvml)
     sampler.start()
     try:
-        wait_until(lambda: "No NVIDIA driver" in (sampler.status.reason or ""))
+        wait_until("the no-driver reason", lambda: "No NVIDIA driver" in (sampler.status.reason or ""))
         assert sampler.latest() is None
-        wait_until(lambda: sampler.status.available and sampler.latest() is not None)
+        wait_until("a sample after the driver came back",
+                   lambda: sampler.status.available and sampler.latest() is not None)
         assert [d["index"] for d in sampler.status.devices] == [0, 1]
     finally:
         sampler.stop()
@@ -66,7 +59,8 @@ def test_no_devices_is_its_own_reason():
     sampler = make_sampler(SimulatedNVML({"driver_version": "580", "cuda_driver_version": 13000, "devices": []}))
     sampler.start()
     try:
-        wait_until(lambda: sampler.status.reason and "reports no GPUs" in sampler.status.reason)
+        wait_until("the no-GPUs reason",
+                   lambda: sampler.status.reason and "reports no GPUs" in sampler.status.reason)
     finally:
         sampler.stop()
 

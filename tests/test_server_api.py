@@ -45,12 +45,13 @@ async def get(jp_fetch, route: str, **params) -> dict:
 
 
 async def wait_for(predicate, timeout: float = 5.0):
+    """Await ``predicate()`` until it gives something true and return that; fail on timeout."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await predicate()
-        if result or asyncio.get_running_loop().time() > deadline:
-            return result
+    while not (result := await predicate()):
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {predicate.__name__}", pytrace=False)
         await asyncio.sleep(0.05)
+    return result
 
 
 async def test_devices_report_what_nvml_returned(jp_fetch, gpu_monitor):
