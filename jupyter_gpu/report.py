@@ -5,6 +5,7 @@ logs, ``print``) and as HTML (notebooks). The doctor's checklist, the warm-up's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import re
 from html import escape
 
 # A checklist row's status: "ok", "info", "warn" or "fail" (the doctor's Status values).
@@ -80,7 +81,7 @@ class Report(Reportable):
         parts = [f'<div class="{self.css_class}">']
         if self.heading:
             colour = f";color:{_COLOUR[self.status]}" if self.status else ""
-            parts.append(f'<p style="font-weight:bold{colour}">{escape(self.heading)}</p>')
+            parts.append(f'<p style="font-weight:bold{colour}">{_prose(self.heading)}</p>')
         # Sections side by side where there is room (NVML's view beside the allocator's).
         parts.append('<div style="display:flex;flex-wrap:wrap;gap:0 2em;align-items:flex-start">')
         for section in self.sections:
@@ -89,18 +90,26 @@ class Report(Reportable):
                 parts.append(f'<div style="flex-basis:100%">{title}</div>')
                 continue
             rows = "".join(_html_row(row) for row in section.rows)
-            notes = "".join(f"<li>{escape(note)}</li>" for note in section.notes)
+            notes = "".join(f"<li>{_prose(note)}</li>" for note in section.notes)
             parts.append(f'<div style="flex:1 1 24em">{title}'
                          + (f"<table>{rows}</table>" if rows else "") + (f"<ul>{notes}</ul>" if notes else "")
                          + "</div>")
         parts.append("</div>")
-        parts += [f"<p>{escape(note)}</p>" for note in self.notes]
+        parts += [f"<p>{_prose(note)}</p>" for note in self.notes]
         parts += [self.figure] if self.figure else []
         parts.append("</div>")
         return "".join(parts)
 
     def as_report(self) -> Report:
         return self
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _prose(text: str) -> str:
+    """``text`` as HTML, its `backticked` commands and names as <code> (text output keeps them)."""
+    return _CODE.sub(r"<code>\1</code>", escape(text))
 
 
 def _text_rows(rows: list[Row]) -> list[str]:
@@ -125,12 +134,12 @@ def _html_row(r: Row) -> str:
             escape(r.label), escape(r.value))
         return (f'<tr><td style="{_LEFT};white-space:nowrap">{label}</td>'
                 f'<td style="text-align:right;white-space:nowrap">{value}</td>'
-                f'<td style="{_LEFT}">{escape(r.note)}</td></tr>')
+                f'<td style="{_LEFT}">{_prose(r.note)}</td></tr>')
     badge = (f'<span style="color:#fff;background:{_COLOUR[r.status]};border-radius:3px;'
              f'padding:0 4px;font-size:85%">{_LABEL[r.status]}</span>')
-    fix = f'<div style="margin-top:2px"><b>Fix:</b> {escape(r.fix)}</div>' if r.fix else ""
+    fix = f'<div style="margin-top:2px"><b>Fix:</b> {_prose(r.fix)}</div>' if r.fix else ""
     detail = (f'<details><summary>details</summary><pre style="white-space:pre-wrap">{escape(r.detail)}'
               "</pre></details>" if r.detail else "")
     return (f'<tr><td style="vertical-align:top">{badge}</td>'
             f'<td style="vertical-align:top;{_LEFT};white-space:nowrap">{escape(r.label)}</td>'
-            f'<td style="{_LEFT}">{escape(r.note)}{fix}{detail}</td></tr>')
+            f'<td style="{_LEFT}">{_prose(r.note)}{fix}{detail}</td></tr>')

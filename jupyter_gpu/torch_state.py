@@ -1,4 +1,4 @@
-"""Look at the user's torch without importing it or initialising CUDA (DESIGN decision 4).
+"""Look at the user's torch without importing it or initialising CUDA.
 
 Everything here returns None until the user's own code has imported torch and initialised
 CUDA; only then do the calls that need an initialised CUDA state run.

@@ -1,4 +1,4 @@
-"""Allocator arithmetic against real H200 readings (tests/fixtures, see shared/fixtures/README.md)."""
+"""Allocator arithmetic against real H200 readings (tests/fixtures: captured from torch 2.11 on an H200)."""
 from __future__ import annotations
 
 import json
@@ -161,7 +161,7 @@ def test_expandable_segments_configured(environ: dict, expected: bool) -> None:
     assert expandable_segments_configured(environ) is expected
 
 
-# The exact text torch 2.11 printed on an H200 (research/memory-warmup-nvml.md §A.1).
+# The exact text torch 2.11 printed on an H200.
 H200_OOM = (
     "CUDA out of memory. Tried to allocate 38.00 MiB. GPU 0 has a total capacity of 139.80 GiB of "
     "which 136.51 GiB is free. Including non-PyTorch memory, this process has 3.29 GiB memory in "

@@ -1,4 +1,5 @@
-"""The import rules of DESIGN decision 14, read from every module's import statements (the lazy
+"""The import rules (server never reaches kernel or torch, kernel never reaches server, cli never
+reaches IPython), read from every module's import statements (the lazy
 ones inside functions included) and followed transitively through the package:
 
 - ``jupyter_gpu.server`` never imports ``jupyter_gpu.kernel`` or torch (start-up stays fast);

@@ -3,8 +3,8 @@
 Inputs are plain data: a flattened ``torch.cuda.memory_stats()`` dict (cheap, read every second)
 and the segment list of ``torch.cuda.memory._snapshot()["segments"]`` (milliseconds, read
 rarely). The headline fragmentation figure is ``inactive_split_bytes / reserved_bytes``: free
-bytes trapped inside segments that still hold live blocks, which ``empty_cache()`` cannot return
-(DESIGN decision 5). With ``expandable_segments:True`` the allocator leaves its split stats at 0
+bytes trapped inside segments that still hold live blocks, which ``empty_cache()`` cannot return.
+With ``expandable_segments:True`` the allocator leaves its split stats at 0
 by design, so the stranded bytes of expandable segments come from the snapshot instead.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The file through which a kernel tells the server about its allocator (DESIGN decision 6).
+"""The file through which a kernel tells the server about its allocator.
 
 The kernel agent builds it with ``device_record``; the server checks it with ``validate``. Both
 sides import this module, so the name, version and field types are defined once. The server

@@ -6,7 +6,7 @@ figures only a snapshot gives (largest free block per pool, segment count, expan
 to ``jupyter_gpu-kernel-<kernel id>.json`` beside the kernel's connection file (the server's
 runtime dir). Writes are atomic (temp file + ``os.replace``) and mode 0600.
 
-It never imports torch and never initialises CUDA (DESIGN decision 4): it reports only once the
+It never imports torch and never initialises CUDA: it reports only once the
 user's code has imported torch and CUDA is initialised; until then ``cuda_in_use`` is false.
 """
 from __future__ import annotations

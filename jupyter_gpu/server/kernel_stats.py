@@ -1,4 +1,4 @@
-"""Read a kernel agent's stats file without trusting it (DESIGN decision 6).
+"""Read a kernel agent's stats file without trusting it.
 
 Any process of the user can write into the runtime dir, and kernels die without cleaning up,
 so every file is checked: ``runtime_dir.read_own_file`` (no symlink, no FIFO, a regular file

@@ -159,3 +159,17 @@ export function formatAge(seconds: number | null | undefined): string {
   }
   return `${Math.round(seconds / 3600)} h`;
 }
+
+/** One piece of a sentence from the server: plain text, or a `backticked` command or name. */
+export interface IProsePart {
+  text: string;
+  code: boolean;
+}
+
+/** Split a server sentence at its backticks, so commands show as code, not as "`pip …`". */
+export function proseParts(text: string): IProsePart[] {
+  return text
+    .split('`')
+    .map((part, i) => ({ text: part, code: i % 2 === 1 }))
+    .filter(part => part.text !== '');
+}

@@ -17,7 +17,8 @@ import {
   formatPower,
   formatRate,
   formatRatio,
-  MemoryUnits
+  MemoryUnits,
+  proseParts
 } from './format';
 import { GpuModel } from './model';
 import {
@@ -110,12 +111,23 @@ function Header(props: { model: GpuModel }): JSX.Element {
   );
 }
 
+/** A server sentence with its `backticked` commands shown as code. */
+function Prose(props: { text: string }): JSX.Element {
+  return (
+    <>
+      {proseParts(props.text).map((part, i) =>
+        part.code ? <code key={i}>{part.text}</code> : part.text
+      )}
+    </>
+  );
+}
+
 function NoGpu(props: { reason: string | null }): JSX.Element {
   return (
     <div className="jp-gpu-nogpu" data-state="no-gpu">
       <h3>No usable GPU</h3>
       <p className="jp-gpu-reason" data-field="reason">
-        {props.reason || 'The server reports no usable GPU.'}
+        <Prose text={props.reason || 'The server reports no usable GPU.'} />
       </p>
       <p className="jp-gpu-hint">
         This is what the Jupyter server found when it asked the NVIDIA driver
@@ -356,7 +368,9 @@ function Holders(props: {
     body = <div className="jp-gpu-loading">Loading…</div>;
   } else if (m.kernels.state !== 'ok') {
     body = (
-      <div className="jp-gpu-empty">{m.kernels.reason ?? 'Not available.'}</div>
+      <div className="jp-gpu-empty">
+        <Prose text={m.kernels.reason ?? 'Not available.'} />
+      </div>
     );
   } else if (h.kernels.length === 0 && h.unattributed.length === 0) {
     body = <div className="jp-gpu-empty">No process holds GPU memory.</div>;
@@ -449,7 +463,9 @@ function KernelRow(props: {
                 <code>%load_ext jupyter_gpu</code> in this notebook.
               </>
             ) : (
-              `No PyTorch allocator figures: ${k.allocator_reason}.`
+              <Prose
+                text={`No PyTorch allocator figures: ${k.allocator_reason}.`}
+              />
             )}
           </div>
         )

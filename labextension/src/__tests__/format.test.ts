@@ -13,7 +13,8 @@ import {
   formatPower,
   formatRate,
   formatRatio,
-  MISSING
+  MISSING,
+  proseParts
 } from '../format';
 
 const GiB = 1024 ** 3;
@@ -86,5 +87,20 @@ describe('other readings', () => {
     assert.equal(formatAge(12.4), '12 s');
     assert.equal(formatAge(600), '10 min');
     assert.equal(formatAge(7200), '2 h');
+  });
+});
+
+describe('server sentences', () => {
+  it('shows backticked commands as code, not with their backticks', () => {
+    assert.deepEqual(proseParts('run `pip install x` then `y`.'), [
+      { text: 'run ', code: false },
+      { text: 'pip install x', code: true },
+      { text: ' then ', code: false },
+      { text: 'y', code: true },
+      { text: '.', code: false }
+    ]);
+    assert.deepEqual(proseParts('no code here'), [
+      { text: 'no code here', code: false }
+    ]);
   });
 });
