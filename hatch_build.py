@@ -6,14 +6,16 @@ that builder fails for wheels and, for editable installs, only warns: the instal
 falls back to a bundle already built into ``jupyter_gpu/labextension`` (said so) or stops the
 build with the fix.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
@@ -46,13 +48,21 @@ def frontend_plan(root: Path, node_version: int | None, env: Mapping[str, str]) 
     """
     skip = [name for name in SKIP_ENV if env.get(name)]
     if skip:
-        return "skip", f"{skip[0]} is set: the JupyterLab frontend is not built (no GPU panel unless it is built already)"
+        return (
+            "skip",
+            f"{skip[0]} is set: the JupyterLab frontend is not built (no GPU panel unless it is built already)",
+        )
     if node_version is not None and node_version >= NODE_MIN:
-        return "build", f"Node.js {node_version} builds the JupyterLab frontend (unless a current build is there)"
+        return (
+            "build",
+            f"Node.js {node_version} builds the JupyterLab frontend (unless a current build is there)",
+        )
     found = "not found on PATH" if node_version is None else f"the node on PATH is version {node_version}"
     if (root / BUNDLE).is_file():
-        return "prebuilt", (f"Node.js >= {NODE_MIN} is needed to build the JupyterLab frontend ({found}): "
-                            f"using the one already built in {BUNDLE.parent.parent}, not rebuilt from labextension/")
+        return "prebuilt", (
+            f"Node.js >= {NODE_MIN} is needed to build the JupyterLab frontend ({found}): "
+            f"using the one already built in {BUNDLE.parent.parent}, not rebuilt from labextension/"
+        )
     raise FrontendMissing(
         f"jupyter_gpu's JupyterLab frontend (the GPU panel and status bar) is built from labextension/ "
         f"with Node.js >= {NODE_MIN} ({found}), and no built copy is in {BUNDLE.parent.parent}. Install "

@@ -7,6 +7,7 @@ IPython shell, interleaved: plain fp32; `with torch.autocast(...)`; and `%%amp`.
 timed around `shell.run_cell` after synchronising the device, so all three pay IPython's own cost.
 On the CPU it still runs (labelled): the overhead figure is meaningful, the speed-up is not a GPU's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,9 @@ def step():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
@@ -82,8 +85,10 @@ def main() -> None:
 
     med = {name: statistics.median(v) for name, v in times.items()}
     label = torch.cuda.get_device_name() if device == "cuda" else "CPU (no GPU: speed-up not representative)"
-    print(f"\n%%amp vs torch.autocast, {settings.dtype} on {label}; MLP {width} wide, batch {batch}; "
-          f"median of {args.repeats} interleaved cells")
+    print(
+        f"\n%%amp vs torch.autocast, {settings.dtype} on {label}; MLP {width} wide, batch {batch}; "
+        f"median of {args.repeats} interleaved cells"
+    )
     print(f"{'cell':<22} | {'median ms':>10} | {'vs fp32':>8}")
     for name, ms in med.items():
         print(f"{name:<22} | {ms:>10.3f} | {med['fp32'] / ms:>7.2f}×")

@@ -17,6 +17,7 @@ Runs everything in one process, in this order, and prints one table:
 
 The magics run through an in-process IPython shell (no Jupyter needed); on CPU the ranks use gloo.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,9 @@ def throughput(device: Any, width: int, batch: int, steps: int, warmup: int = 10
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    model = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.ReLU(),
-                                torch.nn.Linear(4 * width, width)).to(device)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, 4 * width), torch.nn.ReLU(), torch.nn.Linear(4 * width, width)
+    ).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(batch, width, device=device)
@@ -156,7 +158,9 @@ class Bench:
 
         self.args = args
         self.me = me  # this file imported as a module: spawn can pickle its functions by name
-        self.cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.device_count() >= args.nproc)
+        self.cuda = args.device == "cuda" or (
+            args.device == "auto" and torch.cuda.device_count() >= args.nproc
+        )
         self.backend = "nccl" if self.cuda else "gloo"
         self.width, self.batch, self.steps = (2048, 256, 200) if self.cuda else (256, 64, 100)
         self.rows: list[tuple[str, str, str]] = []
@@ -171,8 +175,8 @@ class Bench:
         """What %load_ext does for the ddp magics (with >= 2 GPUs: start the forkserver)."""
         from IPython.core.interactiveshell import InteractiveShell
 
-        from jupyter_gpu.nvml.visible import visible_gpus
         from jupyter_gpu.kernel.ddp.magics import register
+        from jupyter_gpu.nvml.visible import visible_gpus
 
         self.shell = InteractiveShell.instance()
         register(self.shell)
@@ -186,14 +190,31 @@ class Bench:
 
     def torchrun(self, mode: str, *extra: str) -> tuple[float, list[dict[str, Any]], int]:
         script = Path(self.tmp) / "bench_torchrun.py"
-        script.write_text(TORCHRUN_SCRIPT.format(
-            bench_dir=str(Path(__file__).parent), module=self.me.__name__, backend=self.backend,
-            width=self.width, batch=self.batch, steps=self.steps))
+        script.write_text(
+            TORCHRUN_SCRIPT.format(
+                bench_dir=str(Path(__file__).parent),
+                module=self.me.__name__,
+                backend=self.backend,
+                width=self.width,
+                batch=self.batch,
+                steps=self.steps,
+            )
+        )
         started = time.time()
         proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc-per-node={self.args.nproc}", str(script), mode, *extra],
-            capture_output=True, text=True)
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={self.args.nproc}",
+                str(script),
+                mode,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+        )
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         return started, lines, proc.returncode
 
@@ -212,27 +233,42 @@ class Bench:
         out = multiprocessing.get_context("fork").SimpleQueue()
         started = time.time()
         try:
-            notebook_launcher(self.me.accelerate_rank, (self.backend, out),
-                              num_processes=self.args.nproc, use_port=str(_free_port()))
+            notebook_launcher(
+                self.me.accelerate_rank,
+                (self.backend, out),
+                num_processes=self.args.nproc,
+                use_port=str(_free_port()),
+            )
         except Exception as exc:  # a comparison, not the subject: report and go on
-            self.row("start-up: accelerate notebook_launcher (fork)", "failed", f"({type(exc).__name__}: {exc})")
+            self.row(
+                "start-up: accelerate notebook_launcher (fork)", "failed", f"({type(exc).__name__}: {exc})"
+            )
             return
         done = max(out.get() for _ in range(self.args.nproc))
-        self.row("start-up: accelerate notebook_launcher (fork)", f"{done - started:.2f} s",
-                 "(run before CUDA init in the parent: it refuses after)")
+        self.row(
+            "start-up: accelerate notebook_launcher (fork)",
+            f"{done - started:.2f} s",
+            "(run before CUDA init in the parent: it refuses after)",
+        )
 
     def startup(self) -> None:
         import torch.multiprocessing as mp
 
         n = self.args.nproc
-        first = (f"first launch, {time.time() - self.loaded_at:.1f} s after %load_ext started the forkserver"
-                 if self.prestarted else "first launch: cold forkserver imports torch")
+        first = (
+            f"first launch, {time.time() - self.loaded_at:.1f} s after %load_ext started the forkserver"
+            if self.prestarted
+            else "first launch: cold forkserver imports torch"
+        )
         for label in (first, "warm forkserver", "warm forkserver"):
             started = time.time()
             self.magic("ddp_launch", f"-n {n} --output none", ALL_REDUCE_CELL)
             done = max(self.shell.user_ns["_ddp"].values())
-            self.row(f"start-up: %%ddp_launch ({label})", f"{done - started:.2f} s",
-                     f"(cell returned after {time.time() - started:.2f} s)")
+            self.row(
+                f"start-up: %%ddp_launch ({label})",
+                f"{done - started:.2f} s",
+                f"(cell returned after {time.time() - started:.2f} s)",
+            )
         out = mp.get_context("spawn").SimpleQueue()
         started = time.time()
         try:
@@ -260,8 +296,11 @@ class Bench:
                 times.append(time.perf_counter() - started)
             times.sort()
             p90 = times[int(0.9 * (len(times) - 1))]
-            self.row("per-cell overhead: %%ddp (trivial cell)",
-                     f"{statistics.median(times) * 1e3:.1f} ms", f"(p90 {p90 * 1e3:.1f} ms, {len(times)} cells)")
+            self.row(
+                "per-cell overhead: %%ddp (trivial cell)",
+                f"{statistics.median(times) * 1e3:.1f} ms",
+                f"(p90 {p90 * 1e3:.1f} ms, {len(times)} cells)",
+            )
             self.failure("%%ddp", "ddp", "")
         finally:
             self.magic("ddp_stop", "")
@@ -285,8 +324,10 @@ class Bench:
         _, _, code = self.torchrun("fail", str(path))
         shown = time.time()
         if code != 0 and path.exists():
-            self.row("rank exception -> error shown: torchrun --standalone",
-                     f"{shown - float(path.read_text()):.2f} s")
+            self.row(
+                "rank exception -> error shown: torchrun --standalone",
+                f"{shown - float(path.read_text()):.2f} s",
+            )
 
     def training(self, rounds: int = 3) -> None:
         """Alternate the two launchers and keep each one's best round (shared machines are noisy)."""
@@ -294,8 +335,11 @@ class Bench:
         self.shell.user_ns["throughput"] = self.me.throughput
         ours, theirs = 0.0, 0.0
         for _ in range(rounds):
-            self.magic("ddp_launch", f"-n {n} --output none --push throughput",
-                       f"_result = throughput(device, {self.width}, {self.batch}, {self.steps})")
+            self.magic(
+                "ddp_launch",
+                f"-n {n} --output none --push throughput",
+                f"_result = throughput(device, {self.width}, {self.batch}, {self.steps})",
+            )
             ours = max(ours, sum(self.shell.user_ns["_ddp"].values()))
             _, lines, code = self.torchrun("train")
             if code == 0:
@@ -303,8 +347,11 @@ class Bench:
         what = f"MLP {self.width}x{4 * self.width}, batch {self.batch}/rank, best of {rounds}"
         self.row(f"throughput: %%ddp_launch ({what})", f"{ours:,.0f} samples/s")
         if theirs:
-            self.row(f"throughput: torchrun ({what})", f"{theirs:,.0f} samples/s",
-                     f"(%%ddp_launch at {100 * ours / theirs:.1f} % of torchrun)")
+            self.row(
+                f"throughput: torchrun ({what})",
+                f"{theirs:,.0f} samples/s",
+                f"(%%ddp_launch at {100 * ours / theirs:.1f} % of torchrun)",
+            )
         else:
             self.row(f"throughput: torchrun ({what})", "failed")
 
@@ -321,7 +368,8 @@ class Bench:
             self.failures()
             self.training()
         where = f"{self.args.nproc} ranks, {self.backend}, " + (
-            torch.cuda.get_device_name(0) if self.cuda else f"CPU ({os.cpu_count()} cores)")
+            torch.cuda.get_device_name(0) if self.cuda else f"CPU ({os.cpu_count()} cores)"
+        )
         print(f"\n{where}, torch {torch.__version__}, CUDA initialised in the parent: {self.cuda}\n")
         width = max(len(r[0]) for r in self.rows)
         print(f"| {'what'.ljust(width)} | value | note |")
@@ -331,7 +379,9 @@ class Bench:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--cells", type=int, default=50)
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

@@ -16,6 +16,7 @@ Prints three tables:
 3. the same with the agent publishing every 10 ms (100x the default rate), which makes its cost
    measurable above noise; divided by 100 it bounds the cost at the default rate.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,7 +68,11 @@ def publish_costs(runtime: Path, device: str) -> list[list[str]]:
     sys.modules["torch"] = fake
     try:
         sim = KernelAgent(runtime / "jupyter_gpu-kernel-sim.json", "sim", snapshot_interval=1e9)
-        row("simulated H200 fixture: publish with snapshot summary (446 blocks)", lambda: (setattr(sim, "_next_snapshot", 0.0), sim.publish()), 500)
+        row(
+            "simulated H200 fixture: publish with snapshot summary (446 blocks)",
+            lambda: (setattr(sim, "_next_snapshot", 0.0), sim.publish()),
+            500,
+        )
         row("simulated H200 fixture: stats-only publish", sim.publish)
     finally:
         del sys.modules["torch"]
@@ -83,8 +88,16 @@ def publish_costs(runtime: Path, device: str) -> list[list[str]]:
         real.publish()  # first call caches the UUIDs
         row("CUDA: torch.cuda.memory_stats(0) alone", lambda: torch.cuda.memory_stats(0))
         row("CUDA: stats-only publish", real.publish)
-        row(f"CUDA: snapshot alone ({blocks} blocks)", lambda: torch.cuda.memory_snapshot(include_traces=False), 200)
-        row(f"CUDA: publish with snapshot ({blocks} blocks)", lambda: (setattr(real, "_next_snapshot", 0.0), real.publish()), 200)
+        row(
+            f"CUDA: snapshot alone ({blocks} blocks)",
+            lambda: torch.cuda.memory_snapshot(include_traces=False),
+            200,
+        )
+        row(
+            f"CUDA: publish with snapshot ({blocks} blocks)",
+            lambda: (setattr(real, "_next_snapshot", 0.0), real.publish()),
+            200,
+        )
         keep.clear()
     return rows
 
@@ -99,7 +112,11 @@ def training_loop(device: str):
         torch.set_num_threads(1)
     # Small steps (milliseconds) are the agent's worst case: more steps share the GIL with it.
     model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)
+        torch.nn.Linear(256, 512),
+        torch.nn.GELU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.GELU(),
+        torch.nn.Linear(512, 10),
     ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(64, 256, device=device)
@@ -135,7 +152,7 @@ def slowdown(runtime: Path, steps_for, interval: float, block: float, pairs: int
         agent = KernelAgent(runtime / "jupyter_gpu-kernel-loop.json", "loop", interval=interval)
         counted = agent.publish
 
-        def counting() -> None:
+        def counting(counted=counted) -> None:  # this pass's agent, bound now
             nonlocal publishes, cpu
             started = time.thread_time()
             counted()
@@ -177,12 +194,20 @@ def main() -> None:
         rows = publish_costs(runtime, device)
         import torch
 
-        print(f"torch {torch.__version__}, device {device}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+        print(
+            f"torch {torch.__version__}, device {device}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+        )
         table("1. Cost of one publish (µs)", ["state", "median", "p99"], rows)
         steps_for = training_loop(device)
         header = [
-            "agent interval", "steps/s off", "steps/s on", "slowdown (median)", "range over pairs",
-            "publishes", "agent CPU µs/publish", "agent CPU / wall",
+            "agent interval",
+            "steps/s off",
+            "steps/s on",
+            "slowdown (median)",
+            "range over pairs",
+            "publishes",
+            "agent CPU µs/publish",
+            "agent CPU / wall",
         ]
         table(
             f"2. Training loop on {device}, agent at its default rate ({args.pairs} pairs of {args.block_seconds:g} s)",

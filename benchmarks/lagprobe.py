@@ -3,6 +3,7 @@
 Every 10 ms a callback notes how late it ran. `GET {base_url}lagprobe` returns the lags since
 the last call and the CPU time the jupyter_gpu sampler threads spent (when it is loaded).
 """
+
 from __future__ import annotations
 
 import json
@@ -45,11 +46,15 @@ class LagHandler(APIHandler):
         points = self.serverapp.extension_manager.extension_points
         gpu = points.get("jupyter_gpu")
         sampler = getattr(getattr(gpu, "app", None), "sampler", None)
-        self.finish(json.dumps({
-            "lags": self.probe.drain(),
-            "sampler_cpu_seconds": sampler.cpu_seconds if sampler else None,
-            "uptime": time.monotonic() - self.probe.started,
-        }))
+        self.finish(
+            json.dumps(
+                {
+                    "lags": self.probe.drain(),
+                    "sampler_cpu_seconds": sampler.cpu_seconds if sampler else None,
+                    "uptime": time.monotonic() - self.probe.started,
+                }
+            )
+        )
 
 
 def _jupyter_server_extension_points():

@@ -11,6 +11,7 @@ Debian's chromium through Playwright, as the browser tests do. Prints two tables
    status bar showing (defaults: telemetry every 2 s, who-holds-memory every 5 s while shown).
 Needs the test extra (playwright) and a built labextension, like the browser tests.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,10 @@ def page_load(browser, lab: LabServer) -> list[str]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     sizes: list[int] = []
-    page.on("response", lambda r: sizes.append(len(r.body())) if "/api/gpu/telemetry" in r.url and not sizes else None)
+    page.on(
+        "response",
+        lambda r: sizes.append(len(r.body())) if "/api/gpu/telemetry" in r.url and not sizes else None,
+    )
     page.add_init_script(RESTORED_PROBE)
     open_lab(page, lab)
     page.wait_for_function(HAS_NUMBERS, timeout=60_000)
@@ -59,15 +63,19 @@ def request_rate(browser, lab: LabServer, window: float, panel_open: bool) -> di
     elif page.locator("#jupyter-gpu-panel").is_visible():  # restored from the last page
         page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
     routes: list[str] = []
-    page.on("request", lambda r: routes.append(r.url.split("/api/gpu/")[1].split("?")[0])
-            if "/api/gpu/" in r.url else None)
+    page.on(
+        "request",
+        lambda r: routes.append(r.url.split("/api/gpu/")[1].split("?")[0]) if "/api/gpu/" in r.url else None,
+    )
     page.wait_for_timeout(window * 1000)  # the measurement itself
     context.close()
     return {route: routes.count(route) * 60 / window for route in sorted(set(routes))}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--loads", type=int, default=5, help="page loads timed")
     parser.add_argument("--window", type=float, default=30.0, help="seconds of requests counted per state")
     args = parser.parse_args()
@@ -80,18 +88,32 @@ def main() -> None:
         try:
             loads = [page_load(browser, lab) for _ in range(args.loads)]
             numbers = [float(row[1]) for row in loads]
-            table(f"1. Page load to numbers (ms since navigation; simulated 2 x H200), median of {args.loads}: "
-                  f"{statistics.median(numbers):.0f} ms",
-                  ["load", "JupyterLab restored", "first numbers in the status bar", "first telemetry reply (bytes)"],
-                  [[str(i + 1), *row] for i, row in enumerate(loads)])
+            table(
+                f"1. Page load to numbers (ms since navigation; simulated 2 x H200), median of {args.loads}: "
+                f"{statistics.median(numbers):.0f} ms",
+                [
+                    "load",
+                    "JupyterLab restored",
+                    "first numbers in the status bar",
+                    "first telemetry reply (bytes)",
+                ],
+                [[str(i + 1), *row] for i, row in enumerate(loads)],
+            )
             rows = []
             for panel_open in (True, False):
                 rate = request_rate(browser, lab, args.window, panel_open)
-                rows.append(["panel open" if panel_open else "status bar only",
-                             *(f"{rate.get(r, 0):.0f}" for r in ("telemetry", "kernels")),
-                             f"{sum(rate.values()):.0f}"])
-            table(f"2. Requests per minute over {args.window:g} s",
-                  ["shown", "telemetry", "kernels", "all api/gpu/"], rows)
+                rows.append(
+                    [
+                        "panel open" if panel_open else "status bar only",
+                        *(f"{rate.get(r, 0):.0f}" for r in ("telemetry", "kernels")),
+                        f"{sum(rate.values()):.0f}",
+                    ]
+                )
+            table(
+                f"2. Requests per minute over {args.window:g} s",
+                ["shown", "telemetry", "kernels", "all api/gpu/"],
+                rows,
+            )
         finally:
             browser.close()
             lab.stop()

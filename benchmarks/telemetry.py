@@ -13,6 +13,7 @@ Prints three tables:
    and 3 of its `gpu_resource` websockets open at its frontend default of 100 ms.
 Without a GPU, pass --simulated to run against replayed H200 readings (labelled as such).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,14 +80,22 @@ def sample_cost(simulated: bool) -> None:
             t = time.perf_counter()
             reader.slow(index)
             slow.append(time.perf_counter() - t)
-        rows.append([
-            str(index), name,
-            f"{statistics.median(fast) * 1e6:.0f}", f"{pct(fast, 99) * 1e6:.0f}",
-            f"{statistics.median(slow) * 1e3:.1f}",
-        ])
+        rows.append(
+            [
+                str(index),
+                name,
+                f"{statistics.median(fast) * 1e6:.0f}",
+                f"{pct(fast, 99) * 1e6:.0f}",
+                f"{statistics.median(slow) * 1e3:.1f}",
+            ]
+        )
     reader.close()
     label = " (SIMULATED readings)" if simulated else ""
-    table(f"1. One sample per GPU{label}", ["gpu", "name", "fast p50 µs", "fast p99 µs", "slow (PCIe rx+tx) ms"], rows)
+    table(
+        f"1. One sample per GPU{label}",
+        ["gpu", "name", "fast p50 µs", "fast p99 µs", "slow (PCIe rx+tx) ms"],
+        rows,
+    )
 
 
 def free_port() -> int:
@@ -103,19 +112,38 @@ class Server:
         self.port = free_port()
         self.dir = tempfile.TemporaryDirectory()
         # "none" is the baseline: the same server with neither GPU extension loaded
-        exts = {"lagprobe": True, "jupyter_gpu": extension == "jupyter_gpu",
-                "jupyterlab_nvdashboard": extension == "nvdashboard"}
-        config = {"ServerApp": {"jpserver_extensions": exts},
-                  "GPUMonitor": {"interval": 1.0, "slow_interval": 5.0}}
+        exts = {
+            "lagprobe": True,
+            "jupyter_gpu": extension == "jupyter_gpu",
+            "jupyterlab_nvdashboard": extension == "nvdashboard",
+        }
+        config = {
+            "ServerApp": {"jpserver_extensions": exts},
+            "GPUMonitor": {"interval": 1.0, "slow_interval": 5.0},
+        }
         if simulated:
             config["GPUMonitor"].update(backend="simulated", simulated_readings=str(READINGS))
         Path(self.dir.name, "jupyter_server_config.json").write_text(json.dumps(config))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               "JUPYTER_CONFIG_DIR": self.dir.name}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "JUPYTER_CONFIG_DIR": self.dir.name,
+        }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", f"--port={self.port}",
-             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.dir.name}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "jupyter_server",
+                "--allow-root",
+                "--no-browser",
+                f"--port={self.port}",
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.dir.name}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.base = f"http://127.0.0.1:{self.port}/"
         self.http = AsyncHTTPClient(max_clients=200)
@@ -195,9 +223,12 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
             cpu = f"{100 * (after['sampler_cpu_seconds'] - before['sampler_cpu_seconds']) / (after['uptime'] - before['uptime']):.2f}"
         clients_label = f"{clients} {'websockets' if extension == 'nvdashboard' else 'pollers'}"
         return [
-            extension, clients_label,
-            f"{pct(status, 50) * 1e3:.1f}", f"{pct(status, 99) * 1e3:.1f}",
-            f"{pct(lags, 50) * 1e3:.2f}", f"{pct(lags, 99) * 1e3:.2f}",
+            extension,
+            clients_label,
+            f"{pct(status, 50) * 1e3:.1f}",
+            f"{pct(status, 99) * 1e3:.1f}",
+            f"{pct(lags, 50) * 1e3:.2f}",
+            f"{pct(lags, 99) * 1e3:.2f}",
             f"{pct(client_latency, 50) * 1e3:.1f}" if client_latency else "",
             f"{pct(client_latency, 99) * 1e3:.1f}" if client_latency else "",
             cpu,
@@ -207,13 +238,24 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per scenario")
     parser.add_argument("--simulated", action="store_true", help="replay H200 readings instead of NVML")
     args = parser.parse_args()
     sample_cost(args.simulated)
-    header = ["server", "clients", "status p50 ms", "status p99 ms", "loop lag p50 ms", "loop lag p99 ms",
-              "telemetry p50 ms", "telemetry p99 ms", "sampler % of a core"]
+    header = [
+        "server",
+        "clients",
+        "status p50 ms",
+        "status p99 ms",
+        "loop lag p50 ms",
+        "loop lag p99 ms",
+        "telemetry p50 ms",
+        "telemetry p99 ms",
+        "sampler % of a core",
+    ]
     rows = [await scenario("none", 0, args.duration, args.simulated)]
     rows += [await scenario("jupyter_gpu", n, args.duration, args.simulated) for n in (0, 3, 50)]
     try:

@@ -10,6 +10,7 @@ so that only the warm-up differs. One throw-away kernel runs first so that the O
 holds torch's libraries for every arm (the first process after boot pays disk reads).
 Without a usable GPU it prints the doctor's verdict and exits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,7 +86,9 @@ def trial(workload: str, warm: bool, steps: int) -> dict:
     """One fresh kernel: optional warm-up, then the training steps."""
     from jupyter_client.manager import start_new_kernel
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     manager, client = start_new_kernel(kernel_name="python3", env=env)
     try:
         run_cell(client, "%load_ext jupyter_gpu")
@@ -122,13 +125,32 @@ def fmt(values: list[float | None]) -> str:
 
 
 def print_table(device: str, results: dict, trials: int) -> None:
-    header = ["workload", "arm", "warm-up ms", "set-up ms", "1st step ms", "2nd step ms", "steady ms", "1st/steady"]
+    header = [
+        "workload",
+        "arm",
+        "warm-up ms",
+        "set-up ms",
+        "1st step ms",
+        "2nd step ms",
+        "steady ms",
+        "1st/steady",
+    ]
     rows = []
     for workload, arms in results.items():
         for arm, s in arms.items():
             ratio = statistics.median(s["first_ms"]) / statistics.median(s["steady_ms"])
-            rows.append([workload, arm, fmt(s["warmup_ms"]), fmt(s["setup_ms"]), fmt(s["first_ms"]),
-                         fmt(s["second_ms"]), fmt(s["steady_ms"]), f"{ratio:,.0f}×"])
+            rows.append(
+                [
+                    workload,
+                    arm,
+                    fmt(s["warmup_ms"]),
+                    fmt(s["setup_ms"]),
+                    fmt(s["first_ms"]),
+                    fmt(s["second_ms"]),
+                    fmt(s["steady_ms"]),
+                    f"{ratio:,.0f}×",
+                ]
+            )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     print(f"\nFirst training step in a fresh kernel, {device}; median (min–max) of {trials} trials per arm")
     for row in [header, ["-" * w for w in widths], *rows]:
@@ -136,16 +158,22 @@ def print_table(device: str, results: dict, trials: int) -> None:
     for workload, arms in results.items():
         warm = arms["after %gpu_warmup"]
         ratio = statistics.median(warm["first_ms"]) / statistics.median(warm["steady_ms"])
-        print(f"{workload}: first step after %gpu_warmup is {ratio:,.0f}× steady state "
-              f"(target ≤ 10×: {'met' if ratio <= 10 else 'missed'})")
+        print(
+            f"{workload}: first step after %gpu_warmup is {ratio:,.0f}× steady state "
+            f"(target ≤ 10×: {'met' if ratio <= 10 else 'missed'})"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--workloads", default="cnn,transformer")
-    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON instead of the table")
+    parser.add_argument(
+        "--json", action="store_true", help="print the raw figures as JSON instead of the table"
+    )
     args = parser.parse_args()
     workloads = args.workloads.split(",")
 

@@ -8,6 +8,7 @@ share is plain library code: ``nvml`` (the reader, its error table, process fact
 ``cli`` run). Nothing here imports torch at import time; ``tests/test_layering.py`` holds the
 import rules.
 """
+
 from __future__ import annotations
 
 try:

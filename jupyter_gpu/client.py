@@ -14,6 +14,7 @@ Servers are found through their ``jpserver-<pid>.json`` files in the runtime dir
 regular files of this user (``runtime_dir.read_own_file``): a file planted by another user, or a
 symlink to one, could name their own listener and collect the token, the hub's included.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -71,8 +72,10 @@ class Server:
             error.close()
             if 300 <= error.code < 400:
                 where = error.headers.get("Location") if error.headers else None
-                raise ServerError(f"{url} redirects to {where} (HTTP {error.code}): not followed, "
-                                  "the token would go along", error.code) from None
+                raise ServerError(
+                    f"{url} redirects to {where} (HTTP {error.code}): not followed, the token would go along",
+                    error.code,
+                ) from None
             raise ServerError(f"{url} answered HTTP {error.code}", error.code) from None
         except (OSError, http.client.HTTPException) as error:  # URLError and timeouts included
             raise ServerError(f"cannot reach {self.url}: {getattr(error, 'reason', None) or error}") from None
@@ -158,7 +161,9 @@ def _read_server_file(path: Path) -> _Found | None:
     if not (isinstance(pid, int) and isinstance(url, str) and _serves(pid, url)):
         return None
     try:
-        server = server_at(url, token if isinstance(token, str) and token else os.environ.get("JUPYTERHUB_API_TOKEN"))
+        server = server_at(
+            url, token if isinstance(token, str) and token else os.environ.get("JUPYTERHUB_API_TOKEN")
+        )
     except ValueError:  # e.g. a server on a UNIX socket
         return None
     return _Found(server, pid, _resolved(root) if isinstance(root, str) and root else None)
@@ -175,8 +180,9 @@ def _serves(pid: Any, url: str) -> bool:
         proc = psutil.Process(pid)
         if proc.uids().effective != os.geteuid():
             return False
-        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
-                   for c in proc.net_connections("inet"))
+        return any(
+            c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in proc.net_connections("inet")
+        )
     except (OverflowError, ValueError, psutil.Error):
         return False
 

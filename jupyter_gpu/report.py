@@ -2,10 +2,11 @@
 logs, ``print``) and as HTML (notebooks). The doctor's checklist, the warm-up's timings and
 ``%gpu_mem`` are all drawn here, so they look alike and every string is escaped the same way.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import re
+from dataclasses import dataclass, field
 from html import escape
 
 # A checklist row's status: "ok", "info", "warn" or "fail" (the doctor's Status values).
@@ -91,9 +92,12 @@ class Report(Reportable):
                 continue
             rows = "".join(_html_row(row) for row in section.rows)
             notes = "".join(f"<li>{_prose(note)}</li>" for note in section.notes)
-            parts.append(f'<div style="flex:1 1 24em">{title}'
-                         + (f"<table>{rows}</table>" if rows else "") + (f"<ul>{notes}</ul>" if notes else "")
-                         + "</div>")
+            parts.append(
+                f'<div style="flex:1 1 24em">{title}'
+                + (f"<table>{rows}</table>" if rows else "")
+                + (f"<ul>{notes}</ul>" if notes else "")
+                + "</div>"
+            )
         parts.append("</div>")
         parts += [f"<p>{_prose(note)}</p>" for note in self.notes]
         parts += [self.figure] if self.figure else []
@@ -130,16 +134,29 @@ def _text_rows(rows: list[Row]) -> list[str]:
 
 def _html_row(r: Row) -> str:
     if r.status is None:
-        label, value = (f"<b>{escape(r.label)}</b>", f"<b>{escape(r.value)}</b>") if r.strong else (
-            escape(r.label), escape(r.value))
-        return (f'<tr><td style="{_LEFT};white-space:nowrap">{label}</td>'
-                f'<td style="text-align:right;white-space:nowrap">{value}</td>'
-                f'<td style="{_LEFT}">{_prose(r.note)}</td></tr>')
-    badge = (f'<span style="color:#fff;background:{_COLOUR[r.status]};border-radius:3px;'
-             f'padding:0 4px;font-size:85%">{_LABEL[r.status]}</span>')
+        label, value = (
+            (f"<b>{escape(r.label)}</b>", f"<b>{escape(r.value)}</b>")
+            if r.strong
+            else (escape(r.label), escape(r.value))
+        )
+        return (
+            f'<tr><td style="{_LEFT};white-space:nowrap">{label}</td>'
+            f'<td style="text-align:right;white-space:nowrap">{value}</td>'
+            f'<td style="{_LEFT}">{_prose(r.note)}</td></tr>'
+        )
+    badge = (
+        f'<span style="color:#fff;background:{_COLOUR[r.status]};border-radius:3px;'
+        f'padding:0 4px;font-size:85%">{_LABEL[r.status]}</span>'
+    )
     fix = f'<div style="margin-top:2px"><b>Fix:</b> {_prose(r.fix)}</div>' if r.fix else ""
-    detail = (f'<details><summary>details</summary><pre style="white-space:pre-wrap">{escape(r.detail)}'
-              "</pre></details>" if r.detail else "")
-    return (f'<tr><td style="vertical-align:top">{badge}</td>'
-            f'<td style="vertical-align:top;{_LEFT};white-space:nowrap">{escape(r.label)}</td>'
-            f'<td style="{_LEFT}">{_prose(r.note)}{fix}{detail}</td></tr>')
+    detail = (
+        f'<details><summary>details</summary><pre style="white-space:pre-wrap">{escape(r.detail)}'
+        "</pre></details>"
+        if r.detail
+        else ""
+    )
+    return (
+        f'<tr><td style="vertical-align:top">{badge}</td>'
+        f'<td style="vertical-align:top;{_LEFT};white-space:nowrap">{escape(r.label)}</td>'
+        f'<td style="{_LEFT}">{_prose(r.note)}{fix}{detail}</td></tr>'
+    )

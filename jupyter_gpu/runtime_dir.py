@@ -6,6 +6,7 @@ meant to be private, but often is not: ``JUPYTER_RUNTIME_DIR`` on a shared disk 
 ``/tmp``, or a user's own code writing into it. So a file is read from it only through
 ``read_own_file``, which trusts nothing that another user could have put there.
 """
+
 from __future__ import annotations
 
 import errno

@@ -3,6 +3,7 @@
 Everything here returns None until the user's own code has imported torch and initialised
 CUDA; only then do the calls that need an initialised CUDA state run.
 """
+
 from __future__ import annotations
 
 import inspect

@@ -10,12 +10,14 @@ It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times 
 Plain library code (no IPython): ``%gpu_warmup`` (``kernel/warmup_magic.py``) and
 ``jupyter gpu warmup`` both run these steps.
 """
+
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .analysis.units import format_bytes
 from .report import Report, Reportable, Row
@@ -59,7 +61,8 @@ class WarmupReport(Reportable):
 
     def summary(self) -> str:
         parts = [
-            f"{s.title} warm in {s.total_ms:,.0f} ms" if s.has_total
+            f"{s.title} warm in {s.total_ms:,.0f} ms"
+            if s.has_total
             else f"{s.title}: " + ", ".join(f"{step.name} {step.ms:,.0f} ms" for step in s.steps)
             for s in self.sections
         ]
@@ -115,8 +118,12 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
     def train_step() -> None:
         nn = torch.nn
         model = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10),
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, 10),
         ).to(dev)
         opt = torch.optim.AdamW(model.parameters())
         with torch.autocast("cuda", dtype=low):
@@ -136,11 +143,19 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
         ("backward + AdamW step (first AdamW imports torch._dynamo)", train_step),
     ]
     if nccl:
-        steps.append(("NCCL communicator (this process only)",
-                      lambda: torch.cuda.nccl.all_reduce([torch.ones(1, device=dev)])))
+        steps.append(
+            (
+                "NCCL communicator (this process only)",
+                lambda: torch.cuda.nccl.all_reduce([torch.ones(1, device=dev)]),
+            )
+        )
     if compile:
-        steps.append(("torch.compile (Dynamo, Inductor, Triton)",
-                      lambda: torch.compile(lambda x: F.gelu(x) * 2 + 1)(randn(64, 64))))
+        steps.append(
+            (
+                "torch.compile (Dynamo, Inductor, Triton)",
+                lambda: torch.compile(lambda x: F.gelu(x) * 2 + 1)(randn(64, 64)),
+            )
+        )
     return steps
 
 

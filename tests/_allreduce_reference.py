@@ -4,6 +4,7 @@ and timed with CUDA events on the GPU, not by preflight's launcher and wall cloc
 Usage: python -m torch.distributed.run --standalone --nproc-per-node N _allreduce_reference.py BYTES ITERS
 Rank 0 prints {"seconds": <one all-reduce, slowest rank>} as a JSON line.
 """
+
 import json
 import os
 import sys

@@ -1,4 +1,5 @@
 """A real ipykernel for the ddp tests, driven through jupyter_client like a notebook would."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,12 @@ class Kernel:
     def wait(self, msg_id: str, timeout: float = 120) -> list[dict[str, Any]]:
         """Read iopub until ``msg_id`` is idle; return that cell's messages."""
         deadline = time.monotonic() + timeout
-        while not any(m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
-                      and m["parent_header"].get("msg_id") == msg_id for m in self.iopub):
+        while not any(
+            m["msg_type"] == "status"
+            and m["content"]["execution_state"] == "idle"
+            and m["parent_header"].get("msg_id") == msg_id
+            for m in self.iopub
+        ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"cell {msg_id} still running after {timeout} s")
@@ -58,7 +63,7 @@ class Kernel:
     def messages(self, msg_id: str) -> list[dict[str, Any]]:
         return [m for m in self.iopub if m["parent_header"].get("msg_id") == msg_id]
 
-    def run(self, code: str, timeout: float = 120) -> "Cell":
+    def run(self, code: str, timeout: float = 120) -> Cell:
         msg_id = self.submit(code)
         self.wait(msg_id, timeout)
         return Cell(self, msg_id)
@@ -76,8 +81,11 @@ class Cell:
         self.kernel, self.msg_id = kernel, msg_id
 
     def _text(self, name: str) -> str:
-        return "".join(m["content"]["text"] for m in self.kernel.messages(self.msg_id)
-                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+        return "".join(
+            m["content"]["text"]
+            for m in self.kernel.messages(self.msg_id)
+            if m["msg_type"] == "stream" and m["content"]["name"] == name
+        )
 
     @property
     def stdout(self) -> str:
@@ -97,8 +105,11 @@ class Cell:
         return "\n".join(self.error["traceback"]) if self.error else ""
 
     def value(self) -> str:
-        results = [m["content"]["data"]["text/plain"] for m in self.kernel.messages(self.msg_id)
-                   if m["msg_type"] == "execute_result"]
+        results = [
+            m["content"]["data"]["text/plain"]
+            for m in self.kernel.messages(self.msg_id)
+            if m["msg_type"] == "execute_result"
+        ]
         return results[0] if results else ""
 
 
@@ -132,8 +143,9 @@ def rank_processes(pid: int) -> list[psutil.Process]:
                 helpers.add(child.pid)
         except psutil.NoSuchProcess:
             continue
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if p.pid not in helpers and _running(p.pid)]
+    return [
+        p for p in psutil.Process(pid).children(recursive=True) if p.pid not in helpers and _running(p.pid)
+    ]
 
 
 def _running(pid: int) -> bool:

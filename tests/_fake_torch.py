@@ -3,6 +3,7 @@
 Only the calls jupyter_gpu's kernel side makes exist; each call is counted so that tests can
 assert what was (not) called, e.g. that nothing initialising CUDA ran before the user did.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """CUDA workloads shared by the gpu tests and benchmarks/kernel_agent.py."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Shared fixtures: a real jupyter_server with the extension, demanding auth everywhere."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import pytest
 

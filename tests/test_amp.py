@@ -1,4 +1,5 @@
 """%%amp and %amp on|off in a real IPython shell, on the CPU build of torch (GPU tests marked)."""
+
 from __future__ import annotations
 
 import threading
@@ -68,15 +69,20 @@ def test_a_torch_that_cannot_autocast_fp16_on_cpu_gets_a_clear_error(ip, monkeyp
 
     def old_torch_autocast(device_type, dtype=None, **kwargs):  # how torch < 2.1 behaved
         if device_type == "cpu" and dtype == torch.float16:
-            warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.\n"
-                          "CPU Autocast only supports dtype of torch.bfloat16 currently.")
+            warnings.warn(
+                "In CPU autocast, but the target dtype is not supported. Disabling autocast.\n"
+                "CPU Autocast only supports dtype of torch.bfloat16 currently.",
+                stacklevel=2,
+            )
         return real(device_type, dtype=dtype, **kwargs)
 
     monkeypatch.setattr(torch.amp, "autocast", old_torch_autocast)
     with pytest.raises(UsageError) as raised:
         ip.run_cell_magic("amp", "--device cpu --dtype fp16", "y = a @ b")
-    assert str(raised.value) == ("--dtype fp16 on cpu: In CPU autocast, but the target dtype is not supported. "
-                                 "Disabling autocast. Valid here: --dtype bf16.")
+    assert str(raised.value) == (
+        "--dtype fp16 on cpu: In CPU autocast, but the target dtype is not supported. "
+        "Disabling autocast. Valid here: --dtype bf16."
+    )
     assert "y" not in ip.user_ns
 
 
@@ -104,7 +110,9 @@ def test_amp_on_applies_to_following_cells_and_off_stops(ip, capsys):
     ip.run_cell("%amp")
     ip.run_cell("%amp off\ny3 = a @ b")
     ip.run_cell("y4 = a @ b")
-    assert [ip.user_ns[n].dtype for n in ("y1", "y2", "y3", "y4")] == [torch.bfloat16] * 2 + [torch.float32] * 2
+    assert [ip.user_ns[n].dtype for n in ("y1", "y2", "y3", "y4")] == [torch.bfloat16] * 2 + [
+        torch.float32
+    ] * 2
     out = capsys.readouterr().out
     assert "amp on: bf16 autocast on cpu for every cell until %amp off" in out
     assert "amp is on: bf16 autocast on cpu" in out and "amp off" in out

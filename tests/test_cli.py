@@ -1,5 +1,6 @@
 """``jupyter gpu`` as users run it: subprocesses, exit codes, JSON a script can rely on, and
 ``status`` against real Jupyter servers replaying H200 readings (simulated NVML)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import HAS_GPU, READINGS
 from test_server_kernels import children, kernel_on_gpu  # noqa: F401 -- children is a fixture
 
@@ -31,26 +31,81 @@ NULLABLE_STR = {"type": ["string", "null"]}
 NULLABLE_NUM = {"type": ["number", "null"]}
 STATUS_SCHEMA = {
     "type": "object",
-    "required": ["source", "available", "reason", "driver_version", "cuda_driver_version", "gpus",
-                 "processes", "kernels", "hidden_processes", "notes"],
+    "required": [
+        "source",
+        "available",
+        "reason",
+        "driver_version",
+        "cuda_driver_version",
+        "gpus",
+        "processes",
+        "kernels",
+        "hidden_processes",
+        "notes",
+    ],
     "properties": {
-        "source": {"type": "object", "required": ["kind", "url", "simulated"],
-                   "properties": {"kind": {"enum": ["nvml", "server"]}, "url": NULLABLE_STR,
-                                  "simulated": {"type": "boolean"}}},
+        "source": {
+            "type": "object",
+            "required": ["kind", "url", "simulated"],
+            "properties": {
+                "kind": {"enum": ["nvml", "server"]},
+                "url": NULLABLE_STR,
+                "simulated": {"type": "boolean"},
+            },
+        },
         "available": {"type": "boolean"},
         "reason": NULLABLE_STR,
-        "gpus": {"type": "array", "items": {
-            "type": "object",
-            "required": ["index", "uuid", "name", "state", "utilization_gpu_percent", "memory_used_bytes",
-                         "memory_total_bytes", "temperature_celsius", "power_watts", "power_limit_watts"],
-            "properties": {"index": {"type": "integer"}, "state": {"enum": ["ok", "lost"]},
-                           "memory_used_bytes": {"type": ["integer", "null"]}, "power_watts": NULLABLE_NUM}}},
-        "processes": {"type": "array", "items": {
-            "type": "object",
-            "required": ["gpu_index", "pid", "used_memory_bytes", "kernel_id", "notebook", "command", "user"],
-            "properties": {"pid": {"type": "integer"}, "kernel_id": NULLABLE_STR, "notebook": NULLABLE_STR}}},
-        "kernels": {"type": ["array", "null"], "items": {
-            "type": "object", "required": ["id", "notebook", "pid", "execution_state", "gpu_memory", "allocator"]}},
+        "gpus": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "index",
+                    "uuid",
+                    "name",
+                    "state",
+                    "utilization_gpu_percent",
+                    "memory_used_bytes",
+                    "memory_total_bytes",
+                    "temperature_celsius",
+                    "power_watts",
+                    "power_limit_watts",
+                ],
+                "properties": {
+                    "index": {"type": "integer"},
+                    "state": {"enum": ["ok", "lost"]},
+                    "memory_used_bytes": {"type": ["integer", "null"]},
+                    "power_watts": NULLABLE_NUM,
+                },
+            },
+        },
+        "processes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "gpu_index",
+                    "pid",
+                    "used_memory_bytes",
+                    "kernel_id",
+                    "notebook",
+                    "command",
+                    "user",
+                ],
+                "properties": {
+                    "pid": {"type": "integer"},
+                    "kernel_id": NULLABLE_STR,
+                    "notebook": NULLABLE_STR,
+                },
+            },
+        },
+        "kernels": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["id", "notebook", "pid", "execution_state", "gpu_memory", "allocator"],
+            },
+        },
         "hidden_processes": {"type": ["integer", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
     },
@@ -61,24 +116,51 @@ PREFLIGHT_SCHEMA = {
     "properties": {
         "ok": {"type": "boolean"},
         "verdict": {"type": "string"},
-        "gpus": {"type": "array", "items": {
-            "type": "object", "required": ["index", "name", "capability", "matmul", "ok", "error"]}},
-        "all_reduce": {"type": ["object", "null"], "required": [
-            "ok", "error", "backend", "world_size", "size_bytes", "iterations", "nccl_version", "seconds",
-            "algorithm_bandwidth_gbps", "bus_bandwidth_gbps"]},
+        "gpus": {
+            "type": "array",
+            "items": {"type": "object", "required": ["index", "name", "capability", "matmul", "ok", "error"]},
+        },
+        "all_reduce": {
+            "type": ["object", "null"],
+            "required": [
+                "ok",
+                "error",
+                "backend",
+                "world_size",
+                "size_bytes",
+                "iterations",
+                "nccl_version",
+                "seconds",
+                "algorithm_bandwidth_gbps",
+                "bus_bandwidth_gbps",
+            ],
+        },
     },
 }
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jupyter_gpu", *args], capture_output=True, text=True,
-                          env=env or ENV, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu", *args],
+        capture_output=True,
+        text=True,
+        env=env or ENV,
+        timeout=timeout,
+    )
 
 
 def cli_together(*commands: tuple[str, ...], timeout: float = 120) -> list[subprocess.CompletedProcess]:
     """Several commands at once: each spends seconds importing torch."""
-    started = [subprocess.Popen([sys.executable, "-m", "jupyter_gpu", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=ENV) for args in commands]
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "jupyter_gpu", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for args in commands
+    ]
     outputs = [p.communicate(timeout=timeout) for p in started]
     return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs)]
 
@@ -100,7 +182,7 @@ def test_jupyter_finds_the_subcommand(tmp_path):
     env = ENV
     if shutil.which("jupyter-gpu") is None:
         shim = tmp_path / "jupyter-gpu"
-        shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m jupyter_gpu \"$@\"\n")
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m jupyter_gpu "$@"\n')
         shim.chmod(0o755)
         env = dict(ENV, PATH=f"{tmp_path}{os.pathsep}{ENV['PATH']}")
     done = subprocess.run(["jupyter", "gpu", "--help"], capture_output=True, text=True, env=env, timeout=60)
@@ -116,15 +198,18 @@ def test_help_names_the_magics_as_typed_in_a_notebook():
     assert "%%" not in doctor + top
 
 
-@pytest.mark.parametrize("args, message", [
-    ((), None),
-    (("status", "--url", "localhost:8888"), "give the server's address"),
-    (("status", "--token", "abc"), "--token goes with --url"),
-    (("status", "--url", "http://127.0.0.1:1/", "--no-server"), "contradict"),
-    (("preflight", "--iters", "0"), "--iters must be at least 1"),
-    (("preflight", "--size-mib", "lots"), "invalid int value"),
-    (("teleport",), "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((), None),
+        (("status", "--url", "localhost:8888"), "give the server's address"),
+        (("status", "--token", "abc"), "--token goes with --url"),
+        (("status", "--url", "http://127.0.0.1:1/", "--no-server"), "contradict"),
+        (("preflight", "--iters", "0"), "--iters must be at least 1"),
+        (("preflight", "--size-mib", "lots"), "invalid int value"),
+        (("teleport",), "invalid choice"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, message):
     done = cli(*args)
     assert done.returncode == 2
@@ -144,6 +229,7 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_1():
 
 def test_a_server_answering_something_else_is_one_line_and_exit_1():
     """Another service at the URL, answering JSON of another shape: named, never a traceback."""
+
     class Other(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = json.dumps({"available": True, "latest": {"gpus": [1]}, "kernels": ["x"]}).encode()
@@ -190,8 +276,9 @@ def test_doctor_fails_with_exit_1_and_the_same_report_as_json():
 
 @no_gpu_only
 def test_preflight_and_warmup_refuse_without_gpu():
-    text, as_json, warmup, warmup_json = cli_together(("preflight",), ("preflight", "--json"), ("warmup",),
-                                                      ("warmup", "--json"))
+    text, as_json, warmup, warmup_json = cli_together(
+        ("preflight",), ("preflight", "--json"), ("warmup",), ("warmup", "--json")
+    )
     assert text.returncode == 3
     line = one_line_error(text)
     assert line.startswith("jupyter gpu preflight: preflight cannot run: No GPU: ")
@@ -203,7 +290,12 @@ def test_preflight_and_warmup_refuse_without_gpu():
     assert warmup.returncode == 3
     assert one_line_error(warmup).startswith("jupyter gpu warmup: nothing to warm. No GPU: ")
     assert warmup_json.returncode == 3
-    assert json.loads(warmup_json.stdout) == {"ok": False, "reason": report["verdict"], "sections": [], "notes": []}
+    assert json.loads(warmup_json.stdout) == {
+        "ok": False,
+        "reason": report["verdict"],
+        "sections": [],
+        "notes": [],
+    }
 
 
 # -- status against real Jupyter servers --------------------------------------------------------
@@ -216,8 +308,12 @@ def _free_port() -> int:
 
 
 def _get(url: str, token: str, method: str = "GET", body: dict | None = None) -> dict:
-    request = urllib.request.Request(url, method=method, headers={"Authorization": f"token {token}"},
-                                     data=json.dumps(body).encode() if body is not None else None)
+    request = urllib.request.Request(
+        url,
+        method=method,
+        headers={"Authorization": f"token {token}"},
+        data=json.dumps(body).encode() if body is not None else None,
+    )
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -227,16 +323,33 @@ def server(tmp_path_factory):
     """`jupyter server` in its own process, as a workshop host starts it, NVML simulated."""
     home = tmp_path_factory.mktemp("server")
     (home / "course").mkdir()
-    env = dict(ENV, JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTER_CONFIG_DIR=str(home / "config"),
-               JUPYTER_DATA_DIR=str(home / "data"))
+    env = dict(
+        ENV,
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTER_DATA_DIR=str(home / "data"),
+    )
     port, token = _free_port(), "workshop-token"
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--ServerApp.jpserver_extensions=jupyter_gpu=True",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         "--ServerApp.allow_root=True", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={home}",
-         "--ServerApp.base_url=/hub/user/alice/", "--GPUMonitor.backend=simulated",
-         f"--GPUMonitor.simulated_readings={READINGS}", "--GPUMonitor.interval=0.2"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--ServerApp.jpserver_extensions=jupyter_gpu=True",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.allow_root=True",
+            "--ServerApp.open_browser=False",
+            f"--ServerApp.root_dir={home}",
+            "--ServerApp.base_url=/hub/user/alice/",
+            "--GPUMonitor.backend=simulated",
+            f"--GPUMonitor.simulated_readings={READINGS}",
+            "--GPUMonitor.interval=0.2",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     url = f"http://localhost:{port}/hub/user/alice/"  # as the server writes it in its runtime file
     kernel_pid = None
@@ -251,8 +364,12 @@ def server(tmp_path_factory):
             assert process.poll() is None, process.stderr.read().decode()
             assert time.monotonic() < deadline, "the server did not start within 60 s"
             time.sleep(0.2)
-        session = _get(url + "api/sessions", token, "POST",
-                       {"path": "course/week1.ipynb", "type": "notebook", "kernel": {"name": "python3"}})
+        session = _get(
+            url + "api/sessions",
+            token,
+            "POST",
+            {"path": "course/week1.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+        )
         kernel_pid = next(k["pid"] for k in _get(url + "api/gpu/kernels", token)["kernels"])
         yield {"url": url, "token": token, "env": env, "kernel_id": session["kernel"]["id"], "home": home}
     finally:
@@ -305,7 +422,12 @@ def test_status_with_a_wrong_token_explains_the_403(server):
 
 
 async def test_status_names_the_notebook_whose_kernel_holds_gpu_memory(
-    jp_fetch, jp_serverapp, jp_http_port, jp_base_url, gpu_monitor, children  # noqa: F811
+    jp_fetch,
+    jp_serverapp,
+    jp_http_port,
+    jp_base_url,
+    gpu_monitor,
+    children,  # noqa: F811
 ):
     """A real kernel of a real server holds (simulated) memory on GPU 1 with a child process."""
     kernel_id, kernel_pid, child = await kernel_on_gpu(jp_fetch, gpu_monitor, children)
@@ -315,8 +437,19 @@ async def test_status_names_the_notebook_whose_kernel_holds_gpu_memory(
     results = []
     for extra in (["--json"], []):
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyter_gpu", "status", "--url", url, "--token", token, *extra,
-            env=ENV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "jupyter_gpu",
+            "status",
+            "--url",
+            url,
+            "--token",
+            token,
+            *extra,
+            env=ENV,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(process.communicate(), 60)
         assert process.returncode == 0, err.decode()
         results.append(out.decode())
@@ -411,8 +544,9 @@ def test_allreduce_listens_on_loopback_only():
         while not done.is_set():
             for proc in [me, *me.children(recursive=True)]:
                 try:
-                    seen.update(c.laddr.ip for c in proc.net_connections("inet")
-                                if c.status == psutil.CONN_LISTEN)
+                    seen.update(
+                        c.laddr.ip for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN
+                    )
                 except psutil.NoSuchProcess:
                     continue
             done.wait(0.01)
@@ -442,15 +576,28 @@ def _gpu(index: int, errors: dict[str, float | None]) -> dict:
     from jupyter_gpu.cli.preflight import DTYPES
 
     matmul = {
-        name: ({"ok": None, "relative_error": None, "tolerance": DTYPES[name].tolerance, "skipped": "old GPU"}
-               if error is None else
-               {"ok": error <= DTYPES[name].tolerance, "relative_error": error,
-                "tolerance": DTYPES[name].tolerance, "skipped": None})
+        name: (
+            {"ok": None, "relative_error": None, "tolerance": DTYPES[name].tolerance, "skipped": "old GPU"}
+            if error is None
+            else {
+                "ok": error <= DTYPES[name].tolerance,
+                "relative_error": error,
+                "tolerance": DTYPES[name].tolerance,
+                "skipped": None,
+            }
+        )
         for name, error in errors.items()
     }
-    return {"index": index, "name": "NVIDIA H200", "capability": "9.0", "memory_total_bytes": 150 * 2**30,
-            "memory_free_bytes": 149 * 2**30, "matmul": matmul, "error": None,
-            "ok": all(c["ok"] is not False for c in matmul.values())}
+    return {
+        "index": index,
+        "name": "NVIDIA H200",
+        "capability": "9.0",
+        "memory_total_bytes": 150 * 2**30,
+        "memory_free_bytes": 149 * 2**30,
+        "matmul": matmul,
+        "error": None,
+        "ok": all(c["ok"] is not False for c in matmul.values()),
+    }
 
 
 def test_preflight_verdict_names_each_problem():
@@ -458,23 +605,46 @@ def test_preflight_verdict_names_each_problem():
 
     good = {"fp64": 1e-15, "fp32": 1e-7, "tf32": 4e-4, "fp16": 3e-4, "bf16": 2e-3}
     gpus = [_gpu(0, good), _gpu(1, {**good, "bf16": 0.9})]
-    ar = {"ok": True, "error": None, "backend": "nccl", "world_size": 2, "size_bytes": 256 * 2**20,
-          "iterations": 20, "nccl_version": "2.27.5", "seconds": 0.0014,
-          "algorithm_bandwidth_gbps": 191.7, "bus_bandwidth_gbps": 191.7}
+    ar = {
+        "ok": True,
+        "error": None,
+        "backend": "nccl",
+        "world_size": 2,
+        "size_bytes": 256 * 2**20,
+        "iterations": 20,
+        "nccl_version": "2.27.5",
+        "seconds": 0.0014,
+        "algorithm_bandwidth_gbps": 191.7,
+        "bus_bandwidth_gbps": 191.7,
+    }
     ok, text = verdict(gpus, ar, None)
     assert not ok and text == "NOT READY: GPU 1: wrong matmul in bf16"
     ok, text = verdict(gpus[:1], ar, 300.0)
     assert not ok and "bus bandwidth 191.7 GB/s is below --min-busbw 300" in text
     ok, text = verdict(gpus[:1], ar, 100.0)
-    assert ok and text == "READY: 1 GPU computed correctly in every dtype; NCCL all-reduce at 191.7 GB/s bus bandwidth"
-    report = {"ok": False, "verdict": "NOT READY: ...", "torch": "2.11.0", "cuda": "13.0",
-              "gpus": [gpus[1], _gpu(2, {**good, "tf32": None, "bf16": None})], "all_reduce": ar}
+    assert (
+        ok
+        and text
+        == "READY: 1 GPU computed correctly in every dtype; NCCL all-reduce at 191.7 GB/s bus bandwidth"
+    )
+    report = {
+        "ok": False,
+        "verdict": "NOT READY: ...",
+        "torch": "2.11.0",
+        "cuda": "13.0",
+        "gpus": [gpus[1], _gpu(2, {**good, "tf32": None, "bf16": None})],
+        "all_reduce": ar,
+    }
     lines = render(report).splitlines()
-    assert lines[1].startswith("GPU 1  NVIDIA H200  sm_90  149 GiB free of 150 GiB  matmul fp64 fp32 tf32 fp16 bf16:WRONG")
+    assert lines[1].startswith(
+        "GPU 1  NVIDIA H200  sm_90  149 GiB free of 150 GiB  matmul fp64 fp32 tf32 fp16 bf16:WRONG"
+    )
     assert lines[1].endswith("worst error 9.0e-01 (bf16)  FAIL")
     assert "(no tf32, bf16 on this GPU)" in lines[2] and lines[2].endswith("PASS")
-    assert lines[3] == ("all-reduce across 2 GPUs (NCCL 2.27.5): 256 MiB in 1.400 ms: "
-                        "algorithm bandwidth 191.7 GB/s, bus bandwidth 191.7 GB/s")
+    assert lines[3] == (
+        "all-reduce across 2 GPUs (NCCL 2.27.5): 256 MiB in 1.400 ms: "
+        "algorithm bandwidth 191.7 GB/s, bus bandwidth 191.7 GB/s"
+    )
     assert lines[-1] == "NOT READY: ..."
 
 
@@ -482,8 +652,12 @@ def test_preflight_verdict_names_each_problem():
 
 
 def _nvidia_smi(query: str) -> list[list[str]]:
-    done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [[cell.strip() for cell in line.split(",")] for line in done.stdout.strip().splitlines()]
 
 
@@ -494,7 +668,9 @@ def test_status_agrees_with_nvidia_smi():
     status = json.loads(done.stdout)
     jsonschema.validate(status, STATUS_SCHEMA)
     smi = _nvidia_smi("index,uuid,name,memory.total")
-    assert [(g["index"], g["uuid"], g["name"]) for g in status["gpus"]] == [(int(i), u, n) for i, u, n, _ in smi]
+    assert [(g["index"], g["uuid"], g["name"]) for g in status["gpus"]] == [
+        (int(i), u, n) for i, u, n, _ in smi
+    ]
     for gpu, row in zip(status["gpus"], smi):
         assert gpu["memory_total_bytes"] // 2**20 == pytest.approx(int(row[3]), abs=1)
     assert "NVIDIA" in cli("status", "--no-server").stdout
@@ -502,8 +678,9 @@ def test_status_agrees_with_nvidia_smi():
 
 @pytest.mark.gpu
 def test_doctor_and_warmup_pass_on_every_gpu():
-    doctor, warmup, as_json = cli_together(("doctor", "--json", "--no-server"), ("warmup",), ("warmup", "--json"),
-                                           timeout=300)
+    doctor, warmup, as_json = cli_together(
+        ("doctor", "--json", "--no-server"), ("warmup",), ("warmup", "--json"), timeout=300
+    )
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["cuda_ready"], report["verdict"]
     assert warmup.returncode == 0, warmup.stdout + warmup.stderr
@@ -511,7 +688,9 @@ def test_doctor_and_warmup_pass_on_every_gpu():
     assert all(f"cuda:{i} " in warmup.stdout for i in range(count)) and "FAILED" not in warmup.stdout
     warm = json.loads(as_json.stdout)
     assert as_json.returncode == 0 and warm["ok"] and len(warm["sections"]) == count
-    assert all(step["error"] is None and step["ms"] > 0 for section in warm["sections"] for step in section["steps"])
+    assert all(
+        step["error"] is None and step["ms"] > 0 for section in warm["sections"] for step in section["steps"]
+    )
 
 
 @pytest.mark.gpu
@@ -531,12 +710,26 @@ def test_preflight_bandwidth_agrees_with_a_torchrun_timing_of_the_same_transfer(
     ours = report["all_reduce"]
     assert ours["ok"] and ours["world_size"] == count and ours["size_bytes"] == size_mib * 2**20
     reference = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={count}",
-         str(ROOT / "tests" / "_allreduce_reference.py"), str(size_mib * 2**20), str(iterations)],
-        capture_output=True, text=True, env=ENV, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={count}",
+            str(ROOT / "tests" / "_allreduce_reference.py"),
+            str(size_mib * 2**20),
+            str(iterations),
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert reference.returncode == 0, reference.stderr[-2000:]
     seconds = json.loads(reference.stdout.strip().splitlines()[-1])["seconds"]
     busbw = size_mib * 2**20 / seconds / 1e9 * 2 * (count - 1) / count
-    print(f"all-reduce {size_mib} MiB on {count} GPUs: preflight {ours['bus_bandwidth_gbps']:.1f} GB/s bus "
-          f"({ours['seconds'] * 1e3:.3f} ms), torchrun + CUDA events {busbw:.1f} GB/s ({seconds * 1e3:.3f} ms)")
+    print(
+        f"all-reduce {size_mib} MiB on {count} GPUs: preflight {ours['bus_bandwidth_gbps']:.1f} GB/s bus "
+        f"({ours['seconds'] * 1e3:.3f} ms), torchrun + CUDA events {busbw:.1f} GB/s ({seconds * 1e3:.3f} ms)"
+    )
     assert ours["bus_bandwidth_gbps"] == pytest.approx(busbw, rel=0.35)

@@ -4,6 +4,7 @@ Every request carries the user's token (or the hub's). A proxy named in the envi
 server file planted in the runtime dir, a redirect or a flood must never get it or hang us:
 tested through the kernel's labelling request (``%gpu_mem``, the out-of-memory explanation)
 and ``jupyter gpu status``, against real servers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,13 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import ENV, cli, one_line_error
+from test_server_api import get, wait_for
+from test_server_kernels import children, kernel_on_gpu, run_cell  # noqa: F401 -- children is a fixture
 
 from jupyter_gpu import client
 from jupyter_gpu.client import MAX_REPLY_BYTES, Server, ServerError, discover
 from jupyter_gpu.kernel import gpu_memory
-from test_cli import ENV, cli, one_line_error
-from test_server_api import get, wait_for
-from test_server_kernels import children, kernel_on_gpu, run_cell  # noqa: F401 -- children is a fixture
 
 UUID1 = "GPU-d57917b3-7a1d-3f45-579e-d0c856ed9f9d"
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
@@ -78,7 +79,11 @@ def proxied(listener, monkeypatch) -> Listener:
 
 
 async def test_the_labelling_request_of_a_kernel_goes_past_the_proxy(
-    jp_fetch, gpu_monitor, children, proxied, monkeypatch  # noqa: F811
+    jp_fetch,
+    gpu_monitor,
+    children,
+    proxied,
+    monkeypatch,  # noqa: F811
 ):
     """A real kernel of a real server, its environment full of proxies, names the notebook whose
     kernel holds memory on a GPU as %gpu_mem does; the proxy sees nothing of it."""
@@ -91,8 +96,10 @@ async def test_the_labelling_request_of_a_kernel_goes_past_the_proxy(
 
     assert await wait_for(attributed, timeout=10)
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
-    code = ("import json, os\nfrom jupyter_gpu.kernel import gpu_memory\n"
-            f"print(os.environ['http_proxy'], json.dumps(gpu_memory.server_labels({UUID1!r})))")
+    code = (
+        "import json, os\nfrom jupyter_gpu.kernel import gpu_memory\n"
+        f"print(os.environ['http_proxy'], json.dumps(gpu_memory.server_labels({UUID1!r})))"
+    )
     proxy, labels = (await run_cell(kernel, code)).split(" ", 1)
     assert proxy == proxied.url  # the kernel did have the proxies
     notebook = "notebook course/week1/train.ipynb"
@@ -100,15 +107,23 @@ async def test_the_labelling_request_of_a_kernel_goes_past_the_proxy(
     assert proxied.received == []
 
 
-async def test_status_goes_past_the_proxy_found_or_named(jp_fetch, jp_serverapp, jp_http_port, jp_base_url,
-                                                       gpu_monitor, proxied):
+async def test_status_goes_past_the_proxy_found_or_named(
+    jp_fetch, jp_serverapp, jp_http_port, jp_base_url, gpu_monitor, proxied
+):
     await wait_for(lambda: get(jp_fetch, "telemetry"))
     env = dict(os.environ, PYTHONPATH=ENV["PYTHONPATH"])
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     for args in (["--json"], ["--json", "--url", url, "--token", jp_serverapp.identity_provider.token]):
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jupyter_gpu", "status", *args,
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "jupyter_gpu",
+            "status",
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(process.communicate(), 60)
         assert process.returncode == 0, err.decode()
         status = json.loads(out)
@@ -151,8 +166,11 @@ def test_a_planted_server_file_gets_no_token(tmp_path, listener, monkeypatch, ho
     process = plant(runtime, listener, how)
     try:
         monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
-        done = cli("status", "--json", env=dict(ENV, JUPYTER_RUNTIME_DIR=str(runtime),
-                                                JUPYTERHUB_API_TOKEN="hub-secret"))
+        done = cli(
+            "status",
+            "--json",
+            env=dict(ENV, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTERHUB_API_TOKEN="hub-secret"),
+        )
         assert json.loads(done.stdout)["source"]["kind"] == "nvml", done.stderr  # no server was found
         # a kernel whose connection file lies in that runtime dir, labelling for %gpu_mem
         monkeypatch.setattr(client, "connection_file", lambda: str(runtime / "kernel-1.json"))
@@ -203,8 +221,10 @@ def test_a_redirect_elsewhere_is_not_followed_with_the_token(answering, listener
     url = answering(redirect)
     done = cli("status", "--url", url, "--token", "secret")
     assert done.returncode == 1
-    assert one_line_error(done) == (f"jupyter gpu status: {url}api/gpu/devices redirects to {listener.url}collect "
-                                    "(HTTP 302): not followed, the token would go along")
+    assert one_line_error(done) == (
+        f"jupyter gpu status: {url}api/gpu/devices redirects to {listener.url}collect "
+        "(HTTP 302): not followed, the token would go along"
+    )
     assert listener.received == []
 
 
@@ -221,7 +241,9 @@ def test_a_reply_over_the_bound_is_refused_in_one_line(answering):
     url = answering(flood)
     done = cli("status", "--url", url)
     assert done.returncode == 1
-    assert one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices sent more than 16.0 MiB: refused"
+    assert (
+        one_line_error(done) == f"jupyter gpu status: {url}api/gpu/devices sent more than 16.0 MiB: refused"
+    )
 
 
 def test_json_nested_past_the_recursion_limit_is_one_line(answering):
@@ -237,7 +259,9 @@ def test_json_nested_past_the_recursion_limit_is_one_line(answering):
 
 
 def test_a_server_that_never_answers_costs_the_timeout():
-    with socket.create_server(("127.0.0.1", 0)) as silent:  # never accepts: the kernel completes the handshake
+    with socket.create_server(
+        ("127.0.0.1", 0)
+    ) as silent:  # never accepts: the kernel completes the handshake
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
         started = time.monotonic()
         with pytest.raises(ServerError) as info:
@@ -249,8 +273,10 @@ def test_a_server_that_never_answers_costs_the_timeout():
 # -- which server ------------------------------------------------------------------------------
 
 
-LISTEN = ("import socket, sys, time; s = socket.create_server(('127.0.0.1', 0)); "
-          "print(s.getsockname()[1], flush=True); time.sleep(60)")
+LISTEN = (
+    "import socket, sys, time; s = socket.create_server(('127.0.0.1', 0)); "
+    "print(s.getsockname()[1], flush=True); time.sleep(60)"
+)
 
 
 def _listening() -> tuple[subprocess.Popen, int]:
@@ -261,8 +287,11 @@ def _listening() -> tuple[subprocess.Popen, int]:
 
 def _server_file(runtime: Path, name: str, pid: int, root: Path, token: str = "t", port: int = 1) -> None:
     path = runtime / f"jpserver-{name}.json"
-    path.write_text(json.dumps({"url": f"http://127.0.0.1:{port}/{name}/", "token": token,
-                                "pid": pid, "root_dir": str(root)}))
+    path.write_text(
+        json.dumps(
+            {"url": f"http://127.0.0.1:{port}/{name}/", "token": token, "pid": pid, "root_dir": str(root)}
+        )
+    )
     path.chmod(0o600)
 
 
@@ -277,8 +306,9 @@ def test_the_server_that_owns_the_caller_comes_first(tmp_path, monkeypatch):
     stopped.wait()
     with socket.create_server(("127.0.0.1", 0)) as mine:  # this process: an "ancestor" of itself
         try:
-            for name, (process, port), root in zip(("a-elsewhere", "b-home", "c-course"), others,
-                                                   (Path("/srv"), tmp_path / "home", course)):
+            for name, (process, port), root in zip(
+                ("a-elsewhere", "b-home", "c-course"), others, (Path("/srv"), tmp_path / "home", course)
+            ):
                 _server_file(tmp_path, name, process.pid, root, port=port)
             _server_file(tmp_path, "d-stopped", stopped.pid, course)
             _server_file(tmp_path, "e-parent", os.getpid(), Path("/srv"), port=mine.getsockname()[1])

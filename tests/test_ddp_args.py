@@ -1,4 +1,5 @@
 """Argument checks of the ddp magics: every bad input is one UsageError, no process started."""
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ def test_defaults() -> None:
 
 
 def test_everything_given() -> None:
-    options, cell = launch("--gpus 2,3 --backend nccl --amp bf16 --push model,cfg --return out "
-                           "--timeout 30 --output all --start-method spawn")
+    options, cell = launch(
+        "--gpus 2,3 --backend nccl --amp bf16 --push model,cfg --return out "
+        "--timeout 30 --output all --start-method spawn"
+    )
     assert options.nproc == 2 and options.gpus == (2, 3) and options.backend == "nccl"
     assert options.amp == "bf16" and options.start_method == "spawn"
     assert cell == args.CellOptions(push=("model", "cfg"), return_name="out", timeout=30, output=None)
@@ -58,36 +61,39 @@ def test_script_arguments_are_left_alone() -> None:
     assert ns.nproc == 2 and ns.script == "train.py" and ns.script_args == ["--lr", "0.1", "-n", "3"]
 
 
-@pytest.mark.parametrize("line", [
-    "",  # no -n and no --gpus
-    "-n 0",
-    "-n two",
-    "-n 3 --gpus 0,1",
-    "-n 2 --gpus 0,x",
-    "-n 2 --gpus 0,0",
-    "-n 2 --backend mpi",
-    "-n 2 --amp fp8",
-    "-n 2 --nnodes 2",
-    "-n 2 --nnodes 0",
-    "-n 2 --nnodes 2 --rdzv-endpoint node0",
-    "-n 2 --nnodes 2 --rdzv-endpoint node0:99999",
-    "-n 2 --nnodes 2 --node-rank 2 --rdzv-endpoint node0:1",
-    "-n 2 --push 1x",
-    "-n 2 --push a,class",
-    "-n 2 --return a.b",
-    "-n 2 --timeout 0",
-    "-n 2 --timeout nan",
-    "-n 2 --timeout inf",
-    "-n 2 --timeout -inf",
-    "-n 2 --timeout 1e12",
-    "-n 130",
-    "-n 100000",
-    "-n 2 --push '",
-    "-n 2 --output 2",
-    "-n 2 --output 0,-1",
-    "-n 2 --start-method fork",
-    "-n 2 --no-such-option",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",  # no -n and no --gpus
+        "-n 0",
+        "-n two",
+        "-n 3 --gpus 0,1",
+        "-n 2 --gpus 0,x",
+        "-n 2 --gpus 0,0",
+        "-n 2 --backend mpi",
+        "-n 2 --amp fp8",
+        "-n 2 --nnodes 2",
+        "-n 2 --nnodes 0",
+        "-n 2 --nnodes 2 --rdzv-endpoint node0",
+        "-n 2 --nnodes 2 --rdzv-endpoint node0:99999",
+        "-n 2 --nnodes 2 --node-rank 2 --rdzv-endpoint node0:1",
+        "-n 2 --push 1x",
+        "-n 2 --push a,class",
+        "-n 2 --return a.b",
+        "-n 2 --timeout 0",
+        "-n 2 --timeout nan",
+        "-n 2 --timeout inf",
+        "-n 2 --timeout -inf",
+        "-n 2 --timeout 1e12",
+        "-n 130",
+        "-n 100000",
+        "-n 2 --push '",
+        "-n 2 --output 2",
+        "-n 2 --output 0,-1",
+        "-n 2 --start-method fork",
+        "-n 2 --no-such-option",
+    ],
+)
 def test_bad_arguments(line: str) -> None:
     with pytest.raises(UsageError):
         launch(line)
@@ -137,17 +143,20 @@ def ip():  # type: ignore[no-untyped-def]
     undo()
 
 
-@pytest.mark.parametrize(("kind", "line", "cell"), [
-    ("cell", "ddp_launch -n 2 extra.py", "x = 1"),
-    ("line", "ddp_launch -n 2", None),
-    ("line", "ddp_launch -n 2 --push a script.py", None),
-    ("cell", "ddp_launch -n 2 --push not_defined_anywhere", "x = 1"),
-    ("cell", "ddp", "x = 1"),  # no session
-    ("line", "ddp_push a", None),
-    ("line", "ddp_pull", None),
-    ("line", "ddp_restart", None),
-    ("line", "ddp_launch -n 2 /no/such/script.py", None),
-])
+@pytest.mark.parametrize(
+    ("kind", "line", "cell"),
+    [
+        ("cell", "ddp_launch -n 2 extra.py", "x = 1"),
+        ("line", "ddp_launch -n 2", None),
+        ("line", "ddp_launch -n 2 --push a script.py", None),
+        ("cell", "ddp_launch -n 2 --push not_defined_anywhere", "x = 1"),
+        ("cell", "ddp", "x = 1"),  # no session
+        ("line", "ddp_push a", None),
+        ("line", "ddp_pull", None),
+        ("line", "ddp_restart", None),
+        ("line", "ddp_launch -n 2 /no/such/script.py", None),
+    ],
+)
 def test_magics_refuse_before_starting_anything(ip, kind: str, line: str, cell: str | None) -> None:  # type: ignore[no-untyped-def]
     name, _, rest = line.partition(" ")
     with pytest.raises(UsageError):
@@ -160,8 +169,16 @@ def test_magics_refuse_before_starting_anything(ip, kind: str, line: str, cell: 
 def test_unregister_removes_every_magic() -> None:
     shell = get_ipython()
     undo = register(shell)
-    names = {"ddp_launch", "ddp_start", "ddp", "ddp_push", "ddp_pull", "ddp_status", "ddp_stop",
-             "ddp_restart"}
+    names = {
+        "ddp_launch",
+        "ddp_start",
+        "ddp",
+        "ddp_push",
+        "ddp_pull",
+        "ddp_status",
+        "ddp_stop",
+        "ddp_restart",
+    }
     registered = set(shell.magics_manager.magics["line"]) | set(shell.magics_manager.magics["cell"])
     assert names <= registered
     undo()
@@ -171,9 +188,11 @@ def test_unregister_removes_every_magic() -> None:
 
 def test_loading_the_magics_imports_no_torch() -> None:
     """%load_ext must stay cheap: torch is imported by the magics when they run, not before."""
-    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
-            "from jupyter_gpu.kernel.ddp.magics import register\n"
-            "register(InteractiveShell.instance())\nprint('torch' in sys.modules)\n")
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "from jupyter_gpu.kernel.ddp.magics import register\n"
+        "register(InteractiveShell.instance())\nprint('torch' in sys.modules)\n"
+    )
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

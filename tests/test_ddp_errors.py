@@ -1,4 +1,5 @@
 """A rank's traceback, captured as data and shown with the notebook cell's own line numbers."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,9 @@ def test_frames_of_other_files_are_kept_as_python_shows_them() -> None:
 def test_frames_of_this_package_are_dropped() -> None:
     """The worker's exec frame is noise: the traceback starts at the cell."""
     worker_file = os.path.join(os.path.dirname(errors.__file__), "worker.py")
-    runner = "def run(code, ns):\n    try:\n        exec(code, ns)\n    except KeyError as e:\n        return e\n"
+    runner = (
+        "def run(code, ns):\n    try:\n        exec(code, ns)\n    except KeyError as e:\n        return e\n"
+    )
     ns: dict = {}
     exec(compile(runner, worker_file, "exec"), ns)
     cell = "%%ddp\nraise KeyError('k')\n"
@@ -55,7 +58,9 @@ def test_frames_of_this_package_are_dropped() -> None:
 
 
 def test_chained_exceptions_render_cause_first() -> None:
-    cell = "%%ddp\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    raise RuntimeError('wrapped') from e\n"
+    cell = (
+        "%%ddp\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    raise RuntimeError('wrapped') from e\n"
+    )
     text = "".join(render(capture(run_as_rank(cell)), cell, "In[3]"))
     first, second = text.split("The above exception was the direct cause of the following exception:")
     assert "line 3" in first and "ZeroDivisionError" in first
@@ -84,22 +89,35 @@ def test_interrupt_is_a_keyboard_interrupt() -> None:
 
 
 def _death(signal_name: str | None, exitcode: int, message: str = "") -> Death:
-    return Death(rank=1, pid=4242, exitcode=exitcode, signal_name=signal_name, message=message,
-                 stderr_tail=["about to die"])
+    return Death(
+        rank=1,
+        pid=4242,
+        exitcode=exitcode,
+        signal_name=signal_name,
+        message=message,
+        stderr_tail=["about to die"],
+    )
 
 
 def test_a_rank_that_raised_is_shown_by_its_exception_however_it_then_died() -> None:
-    traceback = ('Traceback (most recent call last):\n  File "/w/train.py", line 8, in <module>\n'
-                 '    raise RuntimeError("script failed")\nRuntimeError: script failed\n')
+    traceback = (
+        'Traceback (most recent call last):\n  File "/w/train.py", line 8, in <module>\n'
+        '    raise RuntimeError("script failed")\nRuntimeError: script failed\n'
+    )
     err = error_for(Collected(death=_death("SIGABRT", -6, traceback)), [0, 1], "", "", None)
     text = "".join(err.lines)
     assert str(err) == "rank 1: RuntimeError: script failed"
     assert text.startswith("Error on rank 1 (pid 4242):\nTraceback (most recent call last):\n")
-    assert text.endswith("RuntimeError: script failed\n(rank 1 then was killed by SIGABRT)\n\n(rank 0 stopped)\n")
+    assert text.endswith(
+        "RuntimeError: script failed\n(rank 1 then was killed by SIGABRT)\n\n(rank 0 stopped)\n"
+    )
 
 
 def test_a_rank_killed_without_raising_is_shown_by_its_signal_and_last_words() -> None:
     err = error_for(Collected(death=_death("SIGKILL", -9)), [0, 1], "", "", None, stopped=False)
     assert str(err) == "rank 1 (pid 4242) was killed by SIGKILL (out of memory?)"
-    assert err.lines == ["rank 1 (pid 4242) was killed by SIGKILL (out of memory?)\n",
-                         "last lines of rank 1's stderr:\n", "    about to die\n"]
+    assert err.lines == [
+        "rank 1 (pid 4242) was killed by SIGKILL (out of memory?)\n",
+        "last lines of rank 1's stderr:\n",
+        "    about to die\n",
+    ]

@@ -1,12 +1,12 @@
 """%%ddp_launch and persistent ranks with NCCL on two GPUs (run on the GPU machine)."""
+
 from __future__ import annotations
 
 import textwrap
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from _ddp_kernel import Cell, Kernel, no_ranks_left
 
 
@@ -47,13 +47,15 @@ def gpu_kernel() -> Iterator[Kernel]:
 
 def test_nccl_all_reduce_after_cuda_was_used_in_the_kernel(gpu_kernel: Kernel) -> None:
     started = time.monotonic()
-    cell = gpu_kernel.run(textwrap.dedent("""\
+    cell = gpu_kernel.run(
+        textwrap.dedent("""\
         %%ddp_launch -n 2 --output all
         x = torch.full((4,), float(RANK + 1), device=device)
         dist.all_reduce(x)
         print(dist.get_backend(), device, torch.cuda._is_in_bad_fork())
         _result = x
-        """))
+        """)
+    )
     assert cell.error is None, cell.traceback
     assert sorted(cell.stdout.splitlines()) == ["[rank 0] nccl cuda:0 False", "[rank 1] nccl cuda:1 False"]
     values = gpu_kernel.run("print({r: (v.device.type, v.tolist()) for r, v in _ddp.items()})").stdout
@@ -70,8 +72,10 @@ def test_a_second_launch_is_fast(gpu_kernel: Kernel) -> None:
 
 
 def test_gpus_option_maps_ranks_to_the_listed_devices(gpu_kernel: Kernel) -> None:
-    cell = gpu_kernel.run("%%ddp_launch --gpus 1 --output all\n"
-                          "print(torch.cuda.device_count(), torch.cuda.get_device_properties(device).uuid)\n")
+    cell = gpu_kernel.run(
+        "%%ddp_launch --gpus 1 --output all\n"
+        "print(torch.cuda.device_count(), torch.cuda.get_device_properties(device).uuid)\n"
+    )
     assert cell.error is None, cell.traceback
     uuid_1 = gpu_kernel.run("print(torch.cuda.get_device_properties(1).uuid)").stdout.strip()
     assert cell.stdout.split() == ["[rank", "0]", "1", uuid_1]
@@ -88,14 +92,16 @@ def test_a_rank_killed_mid_all_reduce_stops_the_other_quickly(gpu_kernel: Kernel
 
 
 def test_a_raising_rank_with_nccl_shows_cell_lines(gpu_kernel: Kernel) -> None:
-    cell = gpu_kernel.run(textwrap.dedent("""\
+    cell = gpu_kernel.run(
+        textwrap.dedent("""\
         %%ddp_launch -n 2
         x = torch.ones(1, device=device)
         if RANK == 0:
             raise RuntimeError("rank 0 fails on the GPU")
         dist.all_reduce(x)
         torch.cuda.synchronize()
-        """))
+        """)
+    )
     assert "Error on rank 0:" in cell.traceback and "line 4" in cell.traceback
     assert no_ranks_left(gpu_kernel.pid)
 
@@ -104,17 +110,22 @@ def test_persistent_ranks_with_nccl_survive_an_interrupt_or_restart(gpu_kernel: 
     assert gpu_kernel.run("%ddp_start -n 2").error is None
     try:
         gpu_kernel.run("%%ddp\nw = torch.randn(1024, 1024, device=device)\n")
-        msg_id = gpu_kernel.submit("%%ddp\nimport time\nprint('busy', flush=True)\n"
-                                   "while True:\n    w = w @ w\n    w /= w.norm()\n    torch.cuda.synchronize()\n")
+        msg_id = gpu_kernel.submit(
+            "%%ddp\nimport time\nprint('busy', flush=True)\n"
+            "while True:\n    w = w @ w\n    w /= w.norm()\n    torch.cuda.synchronize()\n"
+        )
         gpu_kernel.wait_for_text(msg_id, "busy")
         gpu_kernel.km.interrupt_kernel()
         gpu_kernel.wait(msg_id, timeout=30)
         assert Cell(gpu_kernel, msg_id).error["ename"] == "DDPInterrupted"
-        cell = gpu_kernel.run("%%ddp --return n\nx = torch.ones(1, device=device)\ndist.all_reduce(x)\nn = x.item()\n")
+        cell = gpu_kernel.run(
+            "%%ddp --return n\nx = torch.ones(1, device=device)\ndist.all_reduce(x)\nn = x.item()\n"
+        )
         if cell.error is not None:  # the interrupt may have left the process group unusable
             assert gpu_kernel.run("%ddp_restart").error is None
-            cell = gpu_kernel.run("%%ddp --return n\nx = torch.ones(1, device=device)\n"
-                                  "dist.all_reduce(x)\nn = x.item()\n")
+            cell = gpu_kernel.run(
+                "%%ddp --return n\nx = torch.ones(1, device=device)\ndist.all_reduce(x)\nn = x.item()\n"
+            )
         assert cell.error is None, cell.traceback
         assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: 2.0, 1: 2.0}"
     finally:

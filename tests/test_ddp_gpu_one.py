@@ -1,13 +1,13 @@
 """The DDP channel with NCCL on one GPU (run on the GPU machine): works after the kernel used
 CUDA, listens on loopback only (NCCL's bootstrap included) and runs nothing a stranger plants."""
+
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from _ddp_kernel import Kernel, no_ranks_left
 from test_ddp_security import LOOPBACK, Payload, attacker_store, listeners, plant, store_port
 
@@ -34,25 +34,30 @@ def gpu_kernel() -> Iterator[Kernel]:
 
 
 def test_nccl_launch_returns_the_rank_result(gpu_kernel: Kernel) -> None:
-    cell = gpu_kernel.run(textwrap.dedent("""\
+    cell = gpu_kernel.run(
+        textwrap.dedent("""\
         %%ddp_launch -n 1 --output all
         x = torch.full((4,), 2.0, device=device)
         dist.all_reduce(x)
         print(dist.get_backend(), device)
         _result = x
-        """))
+        """)
+    )
     assert cell.error is None, cell.traceback
     assert cell.stdout.strip() == "[rank 0] nccl cuda:0"
     values = gpu_kernel.run("print(_ddp[0].device.type, _ddp[0].tolist())").stdout
     assert values.strip() == "cpu [2.0, 2.0, 2.0, 2.0]"
 
 
-def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(gpu_kernel: Kernel,
-                                                                        tmp_path: Path) -> None:
+def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(
+    gpu_kernel: Kernel, tmp_path: Path
+) -> None:
     assert gpu_kernel.run("%ddp_start -n 1").error is None
     try:
-        cell = gpu_kernel.run("%%ddp --return n\nx = torch.ones(1, device=device)\n"
-                              "dist.all_reduce(x)\nn = (dist.get_backend(), x.item())\n")
+        cell = gpu_kernel.run(
+            "%%ddp --return n\nx = torch.ones(1, device=device)\n"
+            "dist.all_reduce(x)\nn = (dist.get_backend(), x.item())\n"
+        )
         assert cell.error is None, cell.traceback
         assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: ('nccl', 1.0)}"
         everything = listeners(gpu_kernel.pid)

@@ -1,4 +1,5 @@
 """Copying the ranks' log files into a cell: prefixes, partial lines, rank selection."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -4,18 +4,19 @@ The attacker knows no secret. It does what one did in the security review: find 
 store from the ports that appear when the ranks start, connect as a plain ``TCPStore`` client,
 list the keys, plant commands and replies that run code when unpickled, and set the abort key.
 """
+
 from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
-
 from _ddp_kernel import Kernel, ddp_kernel, no_ranks_left  # noqa: F401 - ddp_kernel is a fixture
+
 from jupyter_gpu.kernel.ddp.channel import Channel
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -37,15 +38,17 @@ def listeners(pid: int) -> set[tuple[str, int]]:
     procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     for proc in procs:
         try:
-            found |= {(c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet")
-                      if c.status == psutil.CONN_LISTEN}
+            found |= {
+                (c.laddr.ip, c.laddr.port)
+                for c in proc.net_connections("inet")
+                if c.status == psutil.CONN_LISTEN
+            }
         except psutil.NoSuchProcess:
             continue
     return found
 
 
-STORE_PORT = ("print(get_ipython().magics_manager.registry['DDPMagics']"
-              ".session.gang._host.port)")
+STORE_PORT = "print(get_ipython().magics_manager.registry['DDPMagics'].session.gang._host.port)"
 
 
 def store_port(kernel: Kernel) -> int:

@@ -1,16 +1,15 @@
 """Persistent ranks (%ddp_start … %%ddp … %ddp_stop) in a real kernel on CPU with gloo."""
+
 from __future__ import annotations
 
 import os
 import signal
 import textwrap
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
-from _ddp_kernel import (  # noqa: F401 - ddp_kernel is a fixture
-    Cell, Kernel, ddp_kernel, no_ranks_left, rank_processes, wait_gone)
+from _ddp_kernel import Cell, Kernel, ddp_kernel, no_ranks_left, rank_processes, wait_gone  # noqa: F401 - ddp_kernel is a fixture
 
 
 @pytest.fixture()
@@ -42,16 +41,19 @@ def test_namespace_push_pull_and_status(session: Kernel) -> None:
 
 def test_a_cell_costs_milliseconds(session: Kernel) -> None:
     session.run("%%ddp\nx = 1\n")
-    cell = session.run("import time\nt0 = time.perf_counter()\nfor _ in range(20):\n"
-                       "    get_ipython().run_cell_magic('ddp', '', 'x += 1')\n"
-                       "print((time.perf_counter() - t0) / 20)\n")
+    cell = session.run(
+        "import time\nt0 = time.perf_counter()\nfor _ in range(20):\n"
+        "    get_ipython().run_cell_magic('ddp', '', 'x += 1')\n"
+        "print((time.perf_counter() - t0) / 20)\n"
+    )
     assert cell.error is None, cell.traceback
     assert float(cell.stdout) < 0.1  # ~5 ms on an idle machine; CI machines are not idle
 
 
 def test_late_output_lands_in_the_ddp_cell_not_in_a_later_one(session: Kernel) -> None:
-    ddp_cell = session.run("%%ddp\nimport threading\n"
-                           "threading.Timer(1.0, lambda: print('late line', flush=True)).start()\n")
+    ddp_cell = session.run(
+        "%%ddp\nimport threading\nthreading.Timer(1.0, lambda: print('late line', flush=True)).start()\n"
+    )
     other = session.run("import time\ntime.sleep(2)\nprint('other cell')\n")
     session.pump(0.5)
     assert "late line" not in other.stdout
@@ -70,15 +72,17 @@ def test_a_failure_without_a_collective_keeps_the_ranks(session: Kernel) -> None
 def test_a_failure_while_peers_wait_in_a_collective_needs_a_restart(session: Kernel) -> None:
     session.run("%%ddp\nkept = 1\n")
     started = time.monotonic()
-    cell = session.run(textwrap.dedent("""\
+    cell = session.run(
+        textwrap.dedent("""\
         %%ddp
         if RANK == 0:
             raise ValueError("rank 0 gives up")
         dist.barrier()
-        """))
+        """)
+    )
     assert time.monotonic() - started < 5
     tb = cell.traceback
-    assert "Error on rank 0:" in tb and "line 3\n    raise ValueError(\"rank 0 gives up\")" in tb
+    assert "Error on rank 0:" in tb and 'line 3\n    raise ValueError("rank 0 gives up")' in tb
     assert "rank 1 did not respond" in tb and "%ddp_restart" in tb
     assert "stopped" in session.run("%ddp_status").stdout
     assert "No running ranks" in session.run("%%ddp\nprint(1)\n").traceback
@@ -110,12 +114,15 @@ def test_timeout_interrupts_the_cell(session: Kernel) -> None:
 def test_a_cell_that_ignores_the_interrupt_still_returns_at_its_timeout(session: Kernel) -> None:
     """The grace before giving up on the ranks is part of --timeout (5 s used to return after 8)."""
     started = time.monotonic()
-    cell = session.run(textwrap.dedent("""\
+    cell = session.run(
+        textwrap.dedent("""\
         %%ddp --timeout 4
         import signal, time
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         time.sleep(60)
-        """), timeout=30)
+        """),
+        timeout=30,
+    )
     elapsed = time.monotonic() - started
     assert cell.error is not None and "timed out after 4 s" in cell.traceback
     assert "did not respond" in cell.traceback and "%ddp_restart" in cell.traceback

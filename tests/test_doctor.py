@@ -1,4 +1,5 @@
 """%gpu_doctor: each failure is constructed through the doctor's seams and its verdict asserted."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import modules_after
+
 from jupyter_gpu.client import Server
 from jupyter_gpu.doctor import Status, diagnose, evaluate
 from jupyter_gpu.doctor.checks import arch_support, choose_build, parse_alloc_conf
@@ -20,19 +21,34 @@ from jupyter_gpu.doctor.servers import ServerProbe, probe_servers
 
 READINGS = json.loads((Path(__file__).parent / "fixtures" / "nvml_readings_2gpu.json").read_text())
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
-CPU_TORCH = TorchInfo(installed=True, executable="/usr/bin/python3", version="2.13.0+cpu", cuda=None,
-                      matmul_precision="highest", cudnn_allow_tf32=True)
+CPU_TORCH = TorchInfo(
+    installed=True,
+    executable="/usr/bin/python3",
+    version="2.13.0+cpu",
+    cuda=None,
+    matmul_precision="highest",
+    cudnn_allow_tf32=True,
+)
 
 
 def h200_nvml() -> NvmlInfo:
     """NVML as the H200 machine answered (tests/fixtures/nvml_readings_2gpu.json)."""
     return NvmlInfo(
         driver_version=READINGS["driver_version"],
-        cuda_driver_version=(READINGS["cuda_driver_version"] // 1000, READINGS["cuda_driver_version"] % 1000 // 10),
+        cuda_driver_version=(
+            READINGS["cuda_driver_version"] // 1000,
+            READINGS["cuda_driver_version"] % 1000 // 10,
+        ),
         devices=[
-            NvmlDevice(index=d["index"], name=d["name"], uuid=d["uuid"], capability=(9, 0),
-                       mig_current=bool(d["mig_mode"][0]), mig_pending=bool(d["mig_mode"][1]),
-                       ecc_uncorrected=d["ecc_volatile_uncorrected"])
+            NvmlDevice(
+                index=d["index"],
+                name=d["name"],
+                uuid=d["uuid"],
+                capability=(9, 0),
+                mig_current=bool(d["mig_mode"][0]),
+                mig_pending=bool(d["mig_mode"][1]),
+                ecc_uncorrected=d["ecc_volatile_uncorrected"],
+            )
             for d in READINGS["devices"]
         ],
     )
@@ -40,15 +56,31 @@ def h200_nvml() -> NvmlInfo:
 
 def healthy() -> Facts:
     torch = TorchInfo(
-        installed=True, executable="/usr/bin/python3", version="2.11.0+cu130", cuda="13.0",
-        arch_list=list(CU130_ARCHS), matmul_precision="highest", cudnn_allow_tf32=True,
-        cudnn_available=True, cudnn_version=91900, distributed_available=True, nccl_available=True,
-        nccl_version="2.28.9", runtime_probed=True, available=True, device_count=2,
-        devices=[{"name": "NVIDIA H200", "capability": [9, 0]}] * 2, source="subprocess",
+        installed=True,
+        executable="/usr/bin/python3",
+        version="2.11.0+cu130",
+        cuda="13.0",
+        arch_list=list(CU130_ARCHS),
+        matmul_precision="highest",
+        cudnn_allow_tf32=True,
+        cudnn_available=True,
+        cudnn_version=91900,
+        distributed_available=True,
+        nccl_available=True,
+        nccl_version="2.28.9",
+        runtime_probed=True,
+        available=True,
+        device_count=2,
+        devices=[{"name": "NVIDIA H200", "capability": [9, 0]}] * 2,
+        source="subprocess",
     )
     return Facts(
-        env={}, torch=torch, nvml=h200_nvml(), driver_proc="NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04",
-        dev_nodes=["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"], shm=ShmInfo(64 << 30, 60 << 30),
+        env={},
+        torch=torch,
+        nvml=h200_nvml(),
+        driver_proc="NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04",
+        dev_nodes=["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"],
+        shm=ShmInfo(64 << 30, 60 << 30),
         distributions={"torch": "2.11.0+cu130", "nvidia-ml-py": "13.610.43"},
         servers=[ServerProbe("http://localhost:8888/api/gpu/devices", status=200)],
     )
@@ -56,8 +88,9 @@ def healthy() -> Facts:
 
 def no_cuda(facts: Facts, *warnings: str, count: int = 0) -> Facts:
     """What torch says when CUDA does not start: is_available() False, and maybe a warning."""
-    facts.torch = dataclasses.replace(facts.torch, available=False, device_count=count, devices=[],
-                                      init_warnings=list(warnings))
+    facts.torch = dataclasses.replace(
+        facts.torch, available=False, device_count=count, devices=[], init_warnings=list(warnings)
+    )
     return facts
 
 
@@ -85,8 +118,10 @@ def test_cpu_only_torch_beside_a_working_driver_names_the_exact_pip_command():
     report = evaluate(facts)
     assert report.verdict == "No GPU: torch 2.13.0+cpu is a CPU-only build (torch.version.cuda is None)"
     assert report.primary.id == "build" and not report.cuda_ready
-    assert ("pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"
-            in report.primary.fix)
+    assert (
+        "pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"
+        in report.primary.fix
+    )
 
 
 def test_cpu_only_fix_follows_the_driver_and_brings_torchvision_along():
@@ -95,7 +130,10 @@ def test_cpu_only_fix_follows_the_driver_and_brings_torchvision_along():
     facts.nvml.cuda_driver_version = (12, 8)
     facts.distributions["torchvision"] = "0.28.0+cpu"
     fix = evaluate(facts).primary.fix
-    assert "pip install --force-reinstall torch==2.13.0 torchvision --index-url https://download.pytorch.org/whl/cu128" in fix
+    assert (
+        "pip install --force-reinstall torch==2.13.0 torchvision --index-url https://download.pytorch.org/whl/cu128"
+        in fix
+    )
 
 
 def test_no_driver_at_all_is_the_verdict_and_the_cpu_build_only_a_warning():
@@ -104,8 +142,10 @@ def test_no_driver_at_all_is_the_verdict_and_the_cpu_build_only_a_warning():
     facts.nvml = NvmlInfo(error_kind="library_not_found", error="NVML Shared Library Not Found")
     facts.driver_proc, facts.dev_nodes = None, []
     report = evaluate(facts)
-    assert report.verdict == ("No GPU: no NVIDIA driver found: NVIDIA's management library (libnvidia-ml.so.1) "
-                              "is not on this machine")
+    assert report.verdict == (
+        "No GPU: no NVIDIA driver found: NVIDIA's management library (libnvidia-ml.so.1) "
+        "is not on this machine"
+    )
     assert "--gpus all" in report.primary.fix
     assert check(report, "build").status is Status.WARN
     assert not any(c.id in ("ecc", "mig", "visible_devices") for c in report.checks)
@@ -114,12 +154,16 @@ def test_no_driver_at_all_is_the_verdict_and_the_cpu_build_only_a_warning():
 def test_kernel_module_without_libraries_points_at_the_container_runtime(tmp_path):
     (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
     (tmp_path / "proc/driver/nvidia/version").write_text(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\nGCC version: gcc 12\n")
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct  2 2025\nGCC version: gcc 12\n"
+    )
     (tmp_path / "dev/shm").mkdir(parents=True)
     facts = gather(
-        {"API_TOKEN": "secret", "CUDA_VISIBLE_DEVICES": "0"}, root=tmp_path, check_server=False,
+        {"API_TOKEN": "secret", "CUDA_VISIBLE_DEVICES": "0"},
+        root=tmp_path,
+        check_server=False,
         nvml_reader=lambda: NvmlInfo(error_kind="library_not_found", error="NVML Shared Library Not Found"),
-        torch_reader=lambda env: CPU_TORCH, distributions_reader=lambda: {"nvidia-ml-py": "13.615.71"},
+        torch_reader=lambda env: CPU_TORCH,
+        distributions_reader=lambda: {"nvidia-ml-py": "13.615.71"},
     )
     assert facts.env == {"CUDA_VISIBLE_DEVICES": "0"}  # reports carry no unrelated variables
     report = evaluate(facts)
@@ -143,15 +187,24 @@ def test_nvml_failures_each_have_their_own_fix(kind, words, fix):
 
 
 def test_driver_older_than_torchs_cuda_names_the_minimum_driver_and_the_matching_build():
-    facts = no_cuda(healthy(), "CUDA initialization: The NVIDIA driver on your system is too old (found version "
-                               "12080). Please update your GPU driver by downloading and installing a new version "
-                               "from the URL: http://www.nvidia.com/Download/index.aspx (Triggered internally at x)")
+    facts = no_cuda(
+        healthy(),
+        "CUDA initialization: The NVIDIA driver on your system is too old (found version "
+        "12080). Please update your GPU driver by downloading and installing a new version "
+        "from the URL: http://www.nvidia.com/Download/index.aspx (Triggered internally at x)",
+    )
     facts.nvml.driver_version, facts.nvml.cuda_driver_version = "570.86.15", (12, 8)
     report = evaluate(facts)
-    assert report.verdict == "No GPU: driver 570.86.15 (CUDA 12.8) is too old for torch 2.11.0+cu130, built for CUDA 13.0"
+    assert (
+        report.verdict
+        == "No GPU: driver 570.86.15 (CUDA 12.8) is too old for torch 2.11.0+cu130, built for CUDA 13.0"
+    )
     assert "Upgrade the NVIDIA driver to 580 or newer" in report.primary.fix
     assert "https://download.pytorch.org/whl/cu128" in report.primary.fix
-    assert check(report, "cuda").summary == "False: The NVIDIA driver on your system is too old (found version 12080)."
+    assert (
+        check(report, "cuda").summary
+        == "False: The NVIDIA driver on your system is too old (found version 12080)."
+    )
 
 
 def test_older_minor_version_of_the_driver_is_only_information():
@@ -195,10 +248,15 @@ def test_gpu_newer_than_the_build_asks_for_a_newer_cuda_build():
     facts = no_cuda(healthy())
     facts.torch.version, facts.torch.cuda = "2.6.0+cu124", "12.4"
     facts.torch.arch_list = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-    facts.torch.available, facts.torch.devices = True, [{"name": "NVIDIA GeForce RTX 5090", "capability": [12, 0]}]
+    facts.torch.available, facts.torch.devices = (
+        True,
+        [{"name": "NVIDIA GeForce RTX 5090", "capability": [12, 0]}],
+    )
     report = evaluate(facts)
     assert report.primary.id == "arch"
-    assert report.verdict.endswith("but NVIDIA GeForce RTX 5090 (sm_120) is not supported by torch 2.6.0+cu124")
+    assert report.verdict.endswith(
+        "but NVIDIA GeForce RTX 5090 (sm_120) is not supported by torch 2.6.0+cu124"
+    )
     assert "whl/cu126" in report.primary.fix
 
 
@@ -232,7 +290,9 @@ def test_uncorrected_ecc_errors_fail_even_when_cuda_works():
     facts.nvml.devices[1].ecc_uncorrected = 3
     report = evaluate(facts)
     assert report.cuda_ready
-    assert report.verdict.endswith("; but GPU 1 (NVIDIA H200): 3 uncorrected ECC errors since the driver loaded")
+    assert report.verdict.endswith(
+        "; but GPU 1 (NVIDIA H200): 3 uncorrected ECC errors since the driver loaded"
+    )
     assert "nvidia-smi -r -i 1" in report.primary.fix
 
 
@@ -269,13 +329,25 @@ def test_tf32_is_reported_with_a_hint_on_ampere_and_newer():
     ("value", "status", "words"),
     [
         ("expandable_segments:True", Status.OK, "expandable_segments:True"),
-        ("roundup_power2_divisions:[256:1,512:2,>:4],max_split_size_mb:128", Status.OK, "max_split_size_mb:128"),
-        ("max_split_size_mb:10", Status.FAIL, "max_split_size_mb:10 must be a whole number of MiB, at least 20"),
+        (
+            "roundup_power2_divisions:[256:1,512:2,>:4],max_split_size_mb:128",
+            Status.OK,
+            "max_split_size_mb:128",
+        ),
+        (
+            "max_split_size_mb:10",
+            Status.FAIL,
+            "max_split_size_mb:10 must be a whole number of MiB, at least 20",
+        ),
         ("garbage_collection_threshold:1.5", Status.FAIL, "strictly between 0 and 1"),
         ("backend:cudaMalloc", Status.FAIL, "must be native or cudaMallocAsync"),
         ("expandable_segments", Status.FAIL, "has no value"),
         ("expandable_segments:true", Status.WARN, "must be True or False"),
-        ("garbage_collection_threshold:0.6", Status.WARN, "only acts when a per-process memory fraction is set"),
+        (
+            "garbage_collection_threshold:0.6",
+            Status.WARN,
+            "only acts when a per-process memory fraction is set",
+        ),
         ("backend:cudaMallocAsync,max_split_size_mb:128", Status.WARN, "cudaMallocAsync ignores"),
         ("max_split_mb:128", Status.WARN, "'max_split_mb' is not an allocator option"),
     ],
@@ -289,12 +361,16 @@ def test_allocator_config_is_parsed_as_torch_would(value, status, words):
 
 def test_two_allocator_variables_that_disagree():
     facts = healthy()
-    facts.env.update(PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", PYTORCH_ALLOC_CONF="max_split_size_mb:64")
+    facts.env.update(
+        PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", PYTORCH_ALLOC_CONF="max_split_size_mb:64"
+    )
     assert check(evaluate(facts), "alloc_conf").status is Status.WARN
 
 
 def test_allocator_parser_keeps_bracketed_lists_whole():
-    options, errors, doubts = parse_alloc_conf("roundup_power2_divisions:[64:8,>:1], expandable_segments:True")
+    options, errors, doubts = parse_alloc_conf(
+        "roundup_power2_divisions:[64:8,>:1], expandable_segments:True"
+    )
     assert options == {"roundup_power2_divisions": "[64:8,>:1]", "expandable_segments": "True"}
     assert errors == doubts == []
 
@@ -329,7 +405,11 @@ def test_stray_pynvml_distribution_beside_nvidia_ml_py():
     [
         ([ServerProbe("http://h/api/gpu/devices", status=404)], Status.WARN, "no GPU routes"),
         ([ServerProbe("http://h/api/gpu/devices", status=403)], Status.WARN, "refused this kernel's token"),
-        ([ServerProbe("http://h/api/gpu/devices", error="Connection refused")], Status.WARN, "Connection refused"),
+        (
+            [ServerProbe("http://h/api/gpu/devices", error="Connection refused")],
+            Status.WARN,
+            "Connection refused",
+        ),
         ([], Status.INFO, "no running Jupyter server"),
     ],
 )
@@ -348,8 +428,13 @@ def test_torch_missing_or_broken():
     report = evaluate(facts)
     assert report.verdict == "No GPU: torch is not installed for /opt/venv/bin/python"
     assert "`pip install torch --index-url https://download.pytorch.org/whl/cu126`" in report.primary.fix
-    facts.torch = TorchInfo(installed=True, import_error="OSError: libcudnn.so.9: cannot open shared object file")
-    assert evaluate(facts).verdict == "No GPU: `import torch` fails: OSError: libcudnn.so.9: cannot open shared object file"
+    facts.torch = TorchInfo(
+        installed=True, import_error="OSError: libcudnn.so.9: cannot open shared object file"
+    )
+    assert (
+        evaluate(facts).verdict
+        == "No GPU: `import torch` fails: OSError: libcudnn.so.9: cannot open shared object file"
+    )
     facts.torch = TorchInfo(runtime_error="the torch probe did not finish: timed out")
     assert evaluate(facts).verdict == "No GPU: could not ask torch: the torch probe did not finish: timed out"
 
@@ -403,8 +488,16 @@ def test_diagnosing_never_asks_cuda_in_this_process(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the doctor asked CUDA inside the kernel")
 
-    for name in ("is_available", "device_count", "get_device_capability", "get_device_properties",
-                 "init", "_lazy_init", "current_device", "mem_get_info"):
+    for name in (
+        "is_available",
+        "device_count",
+        "get_device_capability",
+        "get_device_properties",
+        "init",
+        "_lazy_init",
+        "current_device",
+        "mem_get_info",
+    ):
         monkeypatch.setattr(torch.cuda, name, forbidden)
     info = read_torch(dict(__import__("os").environ, CUDA_VISIBLE_DEVICES=""))
     assert info.source == "subprocess" and info.runtime_probed
@@ -419,7 +512,8 @@ def test_the_torch_probe_ignores_modules_planted_in_the_working_directory(tmp_pa
     marker = tmp_path / "marker"
     (tmp_path / "shared").mkdir()
     (tmp_path / "shared" / "json.py").write_text(
-        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran as you')\nraise SystemExit(0)\n")
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran as you')\nraise SystemExit(0)\n"
+    )
     monkeypatch.chdir(tmp_path / "shared")
     info = read_torch(dict(__import__("os").environ))
     assert not marker.exists()
@@ -467,16 +561,21 @@ def test_servers_are_asked_over_http_with_their_token(api_server):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/"
-    probes = probe_servers(lambda: [
-        Server(api_server, "secret"),
-        Server(api_server, "wrong"),
-        Server(api_server + "lab/", "secret"),
-        Server(dead, "secret"),
-    ])
+    probes = probe_servers(
+        lambda: [
+            Server(api_server, "secret"),
+            Server(api_server, "wrong"),
+            Server(api_server + "lab/", "secret"),
+            Server(dead, "secret"),
+        ]
+    )
     assert [p.status for p in probes] == [200, 403, 404, None]
     assert probes[0].url == api_server + "api/gpu/devices"
     assert probes[3].error.startswith(f"cannot reach {dead}: ")
-    assert check(evaluate(dataclasses.replace(healthy(), servers=probes[3:])), "server").summary == probes[3].error
+    assert (
+        check(evaluate(dataclasses.replace(healthy(), servers=probes[3:])), "server").summary
+        == probes[3].error
+    )
 
 
 # -- the magic ---------------------------------------------------------------------------------

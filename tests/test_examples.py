@@ -1,19 +1,19 @@
 """Every notebook in examples/ runs top to bottom in a real kernel (nbclient), as a workshop
 participant would run it: on the CPU here, saying so, and on GPUs in the gpu-marked variant.
 Beyond "no errors", each notebook's check looks for the outputs that make it worth reading."""
+
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import HAS_GPU
+from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -23,8 +23,9 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.en
 
 def execute(path: Path) -> nbformat.NotebookNode:
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(EXAMPLES)}})
+    client = NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}
+    )
     client.execute(env=ENV)
     return notebook
 
@@ -48,11 +49,19 @@ def cell(notebook: nbformat.NotebookNode, start: str, nth: int = 0) -> nbformat.
 
 def check_quickstart(nb: nbformat.NotebookNode, gpu: bool) -> None:
     assert ("CUDA ready: " if gpu else "No GPU: ") in text(cell(nb, "%gpu_doctor"))
-    assert ("training on NVIDIA" if gpu else "No GPU here: this notebook runs on the CPU") in text(cell(nb, "import torch"))
+    assert ("training on NVIDIA" if gpu else "No GPU here: this notebook runs on the CPU") in text(
+        cell(nb, "import torch")
+    )
     warm = text(cell(nb, "%gpu_warmup"))
-    assert ("cuda:0" in warm and "total" in warm) if gpu else warm.startswith("gpu_warmup: nothing to warm. No GPU: ")
+    assert (
+        ("cuda:0" in warm and "total" in warm)
+        if gpu
+        else warm.startswith("gpu_warmup: nothing to warm. No GPU: ")
+    )
     amp = text(cell(nb, "%%amp"))
-    assert f"amp: bf16 autocast on {'cuda' if gpu else 'cpu'}" in amp and "the logits are torch.bfloat16" in amp
+    assert (
+        f"amp: bf16 autocast on {'cuda' if gpu else 'cpu'}" in amp and "the logits are torch.bfloat16" in amp
+    )
     memory = text(cell(nb, "%gpu_mem"))
     assert ("PyTorch allocator (this kernel)" in memory) if gpu else ("has not initialised CUDA" in memory)
     monitor = cell(nb, "%gpu_monitor")
@@ -68,12 +77,14 @@ def check_multi_gpu(nb: nbformat.NotebookNode, gpu: bool) -> None:
     where = "cuda (nccl)" if gpu else "cpu (gloo)"
     assert f"2 ranks on {where}: loss" in text(cell(nb, "%%ddp_launch"))
     assert "the same weights on all 2 ranks" in text(cell(nb, "print(_ddp)"))
-    assert text(cell(nb, "%ddp_start")).startswith(f"2 ranks ready ({'nccl on cuda' if gpu else 'gloo on cpu'})")
+    assert text(cell(nb, "%ddp_start")).startswith(
+        f"2 ranks ready ({'nccl on cuda' if gpu else 'gloo on cpu'})"
+    )
     assert "rank 0 of 2 ready on" in text(cell(nb, "%%ddp\n"))
     first, second = (text(cell(nb, "%%ddp --return", i)) for i in (0, 1))
     losses = [float(re.search(r"after (?:10|20) steps: loss ([\d.]+)", t).group(1)) for t in (first, second)]
     assert "after 10 steps" in first and "after 20 steps" in second and losses[1] < losses[0]
-    assert "{0: 20, 1: 20}" in text(cell(nb, "print(\"loss per rank"))
+    assert "{0: 20, 1: 20}" in text(cell(nb, 'print("loss per rank'))
 
 
 def check_out_of_memory(nb: nbformat.NotebookNode, gpu: bool) -> None:
@@ -82,7 +93,10 @@ def check_out_of_memory(nb: nbformat.NotebookNode, gpu: bool) -> None:
         [error] = [o for o in fill.outputs if o.output_type == "error"]
         assert error.ename == "OutOfMemoryError"
         explanation = text(fill)
-        assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in explanation and "This kernel: " in explanation
+        assert (
+            "jupyter_gpu: why CUDA ran out of memory on GPU 0" in explanation
+            and "This kernel: " in explanation
+        )
         assert "PyTorch allocator (this kernel)" in text(cell(nb, "%gpu_mem"))
         assert "free again: " in text(cell(nb, "import gc"))
     else:

@@ -2,14 +2,16 @@
 tracebacks name the cell as the notebook shows it, and `%unload_ext jupyter_gpu` takes every
 magic, event callback, thread and file back. The tests share one kernel and run in file order.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from conftest import wait_until
@@ -19,8 +21,20 @@ REPO = Path(__file__).resolve().parent.parent
 READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
 # The magics of the README's table, as IPython registers them.
 MAGICS = {
-    "line": ["amp", "ddp_launch", "ddp_pull", "ddp_push", "ddp_restart", "ddp_start", "ddp_status",
-             "ddp_stop", "gpu_doctor", "gpu_mem", "gpu_monitor", "gpu_warmup"],
+    "line": [
+        "amp",
+        "ddp_launch",
+        "ddp_pull",
+        "ddp_push",
+        "ddp_restart",
+        "ddp_start",
+        "ddp_status",
+        "ddp_stop",
+        "gpu_doctor",
+        "gpu_mem",
+        "gpu_monitor",
+        "gpu_warmup",
+    ],
     "cell": ["amp", "ddp", "ddp_launch", "gpu_warmup"],
 }
 SHELL_STATE = """import json, sys, threading
@@ -47,11 +61,16 @@ class Cell:
     @property
     def number(self) -> int:
         """The execution count the notebook shows beside the cell."""
-        return next(m["content"]["execution_count"] for m in self.messages if m["msg_type"] == "execute_input")
+        return next(
+            m["content"]["execution_count"] for m in self.messages if m["msg_type"] == "execute_input"
+        )
 
     def stream(self, name: str = "stdout") -> str:
-        return "".join(m["content"]["text"] for m in self.messages
-                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+        return "".join(
+            m["content"]["text"]
+            for m in self.messages
+            if m["msg_type"] == "stream" and m["content"]["name"] == name
+        )
 
     @property
     def shown(self) -> str:
@@ -74,8 +93,11 @@ class RealKernel:
     def __init__(self, runtime: Path) -> None:
         self.kernel_id = str(uuid.uuid4())
         self.runtime = runtime
-        env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            JUPYTER_RUNTIME_DIR=str(runtime),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        )
         self.km = KernelManager(connection_file=str(runtime / f"kernel-{self.kernel_id}.json"))
         self.km.start_kernel(env=env)
         self.kc = self.km.client()
@@ -133,19 +155,28 @@ def test_the_agent_publishes_this_kernel(kernel: RealKernel) -> None:
     assert doc["cuda_in_use"] is False
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("%gpu_doctor --json", '"verdict": "No GPU: '),
-    ("%gpu_mem", "This kernel has not initialised CUDA, so it holds no GPU memory."),
-    ("%gpu_warmup", "gpu_warmup: nothing to warm. No GPU: "),
-    ("%%gpu_warmup\nx = 1\n", "gpu_warmup: nothing to warm. No GPU: "),
-    ("%gpu_monitor", "gpu_monitor: no GPU to monitor."),
-    ("%%amp --device cpu --dtype bf16\nimport torch\nprint((torch.ones(2, 2) @ torch.ones(2, 2)).dtype)\n",
-     "torch.bfloat16\n"),
-    ("import torch\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')",
-     "jupyter_gpu: why CUDA ran out of memory\n  Asked for 2.00 GiB."),
-    ("%%ddp_launch -n 2 --output all\nx = torch.ones(1)\ndist.all_reduce(x)\nprint(RANK, x.item())\n",
-     "[rank 0] 0 2.0\n"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("%gpu_doctor --json", '"verdict": "No GPU: '),
+        ("%gpu_mem", "This kernel has not initialised CUDA, so it holds no GPU memory."),
+        ("%gpu_warmup", "gpu_warmup: nothing to warm. No GPU: "),
+        ("%%gpu_warmup\nx = 1\n", "gpu_warmup: nothing to warm. No GPU: "),
+        ("%gpu_monitor", "gpu_monitor: no GPU to monitor."),
+        (
+            "%%amp --device cpu --dtype bf16\nimport torch\nprint((torch.ones(2, 2) @ torch.ones(2, 2)).dtype)\n",
+            "torch.bfloat16\n",
+        ),
+        (
+            "import torch\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')",
+            "jupyter_gpu: why CUDA ran out of memory\n  Asked for 2.00 GiB.",
+        ),
+        (
+            "%%ddp_launch -n 2 --output all\nx = torch.ones(1)\ndist.all_reduce(x)\nprint(RANK, x.item())\n",
+            "[rank 0] 0 2.0\n",
+        ),
+    ],
+)
 def test_each_magic_works_without_a_gpu(kernel: RealKernel, code: str, expected: str) -> None:
     cell = kernel.run(code)
     assert expected in cell.shown, cell.shown
@@ -173,11 +204,16 @@ def test_persistent_ranks_keep_their_variables(kernel: RealKernel) -> None:
     assert kernel.run("%ddp_stop").ok
 
 
-@pytest.mark.parametrize("code", [
-    "%%amp --device cpu\nx = 1\n1 / 0\n",
-    "%%ddp_launch -n 1\nx = 1\n1 / 0\n",
-])
-def test_a_cell_magic_traceback_names_the_cell_as_the_notebook_shows_it(kernel: RealKernel, code: str) -> None:
+@pytest.mark.parametrize(
+    "code",
+    [
+        "%%amp --device cpu\nx = 1\n1 / 0\n",
+        "%%ddp_launch -n 1\nx = 1\n1 / 0\n",
+    ],
+)
+def test_a_cell_magic_traceback_names_the_cell_as_the_notebook_shows_it(
+    kernel: RealKernel, code: str
+) -> None:
     cell = kernel.run(code)
     assert not cell.ok
     shown = set(re.findall(r"Cell In\[(\d+)\], line 3", cell.shown))
@@ -188,7 +224,8 @@ def test_unload_ext_takes_everything_back(kernel: RealKernel, before_load: dict)
     monitor = kernel.run(  # a monitor thread over replayed H200 readings, to be stopped by unload
         "from jupyter_gpu.kernel import gpu_memory\nfrom jupyter_gpu.nvml.simulated import SimulatedNVML\n"
         f"gpu_memory.nvml_backend = lambda: SimulatedNVML.from_file({str(READINGS)!r})\n"
-        "%gpu_monitor --interval 0.5")
+        "%gpu_monitor --interval 0.5"
+    )
     assert monitor.ok, monitor.shown
     assert "jupyter_gpu-monitor" in kernel.state()["threads"]
 
@@ -197,8 +234,10 @@ def test_unload_ext_takes_everything_back(kernel: RealKernel, before_load: dict)
     assert _added(state, before_load) == {"line": [], "cell": []}
     assert state["callbacks"] == before_load["callbacks"]
     assert not kernel.stats_file.exists()
-    wait_until("the jupyter_gpu threads end",
-               lambda: not {"jupyter_gpu-agent", "jupyter_gpu-monitor"} & set(kernel.state()["threads"]))
+    wait_until(
+        "the jupyter_gpu threads end",
+        lambda: not {"jupyter_gpu-agent", "jupyter_gpu-monitor"} & set(kernel.state()["threads"]),
+    )
     cell = kernel.run("%gpu_mem")
     assert cell.stream("stderr").startswith("UsageError: Line magic function `%gpu_mem` not found")
     oom = kernel.run("raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')")

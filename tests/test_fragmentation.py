@@ -1,4 +1,5 @@
 """Allocator arithmetic against real H200 readings (tests/fixtures: captured from torch 2.11 on an H200)."""
+
 from __future__ import annotations
 
 import json
@@ -97,11 +98,19 @@ def _expandable_segment() -> dict:
     layout = [(10, "active_allocated"), (50, "inactive"), (30, "active_allocated"), (10, "inactive")]
     blocks, offset = [], 0
     for mib, state in layout:
-        blocks.append({"address": base + offset * MiB, "size": mib * MiB,
-                       "requested_size": mib * MiB, "state": state})
+        blocks.append(
+            {"address": base + offset * MiB, "size": mib * MiB, "requested_size": mib * MiB, "state": state}
+        )
         offset += mib
-    return {"device": 0, "address": base, "total_size": 100 * MiB, "segment_type": "large",
-            "segment_pool_id": [0, 0], "is_expandable": True, "blocks": blocks}
+    return {
+        "device": 0,
+        "address": base,
+        "total_size": 100 * MiB,
+        "segment_type": "large",
+        "segment_pool_id": [0, 0],
+        "is_expandable": True,
+        "blocks": blocks,
+    }
 
 
 def test_expandable_segments_stranded_from_snapshot() -> None:
@@ -111,8 +120,12 @@ def test_expandable_segments_stranded_from_snapshot() -> None:
     assert s.stranded_bytes == s.expandable_stranded_bytes == 20 * MiB
     assert s.expandable
     # The allocator's stats say 0 for split bytes under expandable segments: the snapshot fills in.
-    stats = {"reserved_bytes.all.current": 100 * MiB, "allocated_bytes.all.current": 40 * MiB,
-             "active_bytes.all.current": 40 * MiB, "inactive_split_bytes.all.current": 0}
+    stats = {
+        "reserved_bytes.all.current": 100 * MiB,
+        "allocated_bytes.all.current": 40 * MiB,
+        "active_bytes.all.current": 40 * MiB,
+        "inactive_split_bytes.all.current": 0,
+    }
     f = allocator_figures(stats, s)
     assert f.inactive_split_bytes == 20 * MiB
     assert f.fragmentation == pytest.approx(0.2)
@@ -141,8 +154,12 @@ def test_advice_other_processes_and_retries(stats: dict) -> None:
 
 
 def test_small_fragmentation_gives_no_advice() -> None:
-    stats = {"reserved_bytes.all.current": 8 * 1024 * MiB, "allocated_bytes.all.current": 8000 * MiB,
-             "active_bytes.all.current": 8000 * MiB, "inactive_split_bytes.all.current": 100 * MiB}
+    stats = {
+        "reserved_bytes.all.current": 8 * 1024 * MiB,
+        "allocated_bytes.all.current": 8000 * MiB,
+        "active_bytes.all.current": 8000 * MiB,
+        "inactive_split_bytes.all.current": 100 * MiB,
+    }
     assert advise(allocator_figures(stats)) == []
 
 
@@ -153,8 +170,13 @@ def test_small_fragmentation_gives_no_advice() -> None:
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, True),
         ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:128, expandable_segments:true"}, True),
         ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, False),
-        ({"PYTORCH_ALLOC_CONF": "expandable_segments:False",
-          "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+        (
+            {
+                "PYTORCH_ALLOC_CONF": "expandable_segments:False",
+                "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            },
+            False,
+        ),
     ],
 )
 def test_expandable_segments_configured(environ: dict, expected: bool) -> None:

@@ -1,11 +1,12 @@
 """``%gpu_mem`` and the out-of-memory explanation, on CPU through a fake torch and simulated NVML;
 the ``gpu`` tests compare with torch, nvidia-smi and a real OOM on an NVIDIA machine."""
+
 from __future__ import annotations
 
 import json
-import socket
-import re
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ def _shell():
     """The one test shell; globalipapp returns it only from its first start."""
     return start_ipython() or get_ipython()
 
+
 GiB = 1024**3
 OOM_TEXT = (
     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
@@ -51,7 +53,9 @@ def other_process():
     """
     out = subprocess.run(
         ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' >/dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     proc = psutil.Process(int(out.stdout))
     yield proc
@@ -154,7 +158,7 @@ def test_pids_of_another_namespace_are_not_guessed(ip, nvml, monkeypatch) -> Non
 def test_snapshot_map(ip, nvml, monkeypatch) -> None:
     install(monkeypatch, FakeCuda())
     data = _gpu_mem(ip, "--snapshot")
-    svg = data["text/html"][data["text/html"].index("<svg"):]
+    svg = data["text/html"][data["text/html"].index("<svg") :]
     assert svg.count("<rect") > 400
     assert "large pool: 143 segments" in svg and "small pool: 1 segment," in svg
     assert "free, stranded (fragmentation) 381 MiB" in svg
@@ -203,7 +207,10 @@ def test_oom_explained_under_the_traceback(ip, nvml, monkeypatch, other_process)
     assert traceback_at < explanation_at
     explanation = out[explanation_at:]
     assert "Asked for 2.00 GiB; the GPU had 1.00 GiB free of 140 GiB." in explanation
-    assert "1.17 GiB in live tensors, 1.31 GiB cached but unallocated, of which 381 MiB is stranded, fragmentation 15%" in explanation
+    assert (
+        "1.17 GiB in live tensors, 1.31 GiB cached but unallocated, of which 381 MiB is stranded, fragmentation 15%"
+        in explanation
+    )
     assert "Other processes hold 100 GiB of this GPU:" in explanation
     assert f"pid {other_process.pid}:" in explanation
     assert "expandable_segments:True" in explanation
@@ -237,7 +244,9 @@ def test_other_errors_are_left_alone(ip, code: str) -> None:
 
 def test_non_cuda_oom_is_left_alone(ip, monkeypatch) -> None:
     install(monkeypatch, FakeCuda())
-    assert "jupyter_gpu" not in _run(ip, "import torch\nraise torch.OutOfMemoryError('MPS backend out of memory')")
+    assert "jupyter_gpu" not in _run(
+        ip, "import torch\nraise torch.OutOfMemoryError('MPS backend out of memory')"
+    )
 
 
 def test_failing_explanation_does_not_raise(ip, monkeypatch) -> None:
@@ -259,16 +268,32 @@ def test_failing_explanation_does_not_raise(ip, monkeypatch) -> None:
 def jupyter_server(tmp_path, monkeypatch, other_process):
     """A stand-in for this kernel's server: a jpserver file and /api/gpu/kernels."""
     seen: list[str | None] = []
-    body = json.dumps({
-        "kernels": [
-            {"id": "k-other", "path": "work/train.ipynb", "gpu_memory": [
-                {"gpu_index": 0, "uuid": f"GPU-{UUID0}", "used_memory_bytes": 100 * GiB,
-                 "pids": [other_process.pid]}]},
-            {"id": "k-elsewhere", "path": "b.ipynb", "gpu_memory": [
-                {"gpu_index": 1, "uuid": "GPU-another", "used_memory_bytes": 1, "pids": [1]}]},
-        ],
-        "unattributed": [],
-    }).encode()
+    body = json.dumps(
+        {
+            "kernels": [
+                {
+                    "id": "k-other",
+                    "path": "work/train.ipynb",
+                    "gpu_memory": [
+                        {
+                            "gpu_index": 0,
+                            "uuid": f"GPU-{UUID0}",
+                            "used_memory_bytes": 100 * GiB,
+                            "pids": [other_process.pid],
+                        }
+                    ],
+                },
+                {
+                    "id": "k-elsewhere",
+                    "path": "b.ipynb",
+                    "gpu_memory": [
+                        {"gpu_index": 1, "uuid": "GPU-another", "used_memory_bytes": 1, "pids": [1]}
+                    ],
+                },
+            ],
+            "unattributed": [],
+        }
+    ).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -283,9 +308,11 @@ def jupyter_server(tmp_path, monkeypatch, other_process):
 
     httpd = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    (tmp_path / f"jpserver-{os.getpid()}.json").write_text(json.dumps(  # this process listens
-        {"url": f"http://127.0.0.1:{httpd.server_port}/base/", "token": "secret", "pid": os.getpid()}
-    ))
+    (tmp_path / f"jpserver-{os.getpid()}.json").write_text(
+        json.dumps(  # this process listens
+            {"url": f"http://127.0.0.1:{httpd.server_port}/base/", "token": "secret", "pid": os.getpid()}
+        )
+    )
     monkeypatch.setattr(client, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
     yield seen
     httpd.shutdown()
@@ -301,8 +328,11 @@ def test_other_kernels_named_by_notebook(ip, nvml, monkeypatch, jupyter_server) 
 
 def test_a_server_that_never_answers_costs_only_the_timeout(tmp_path, monkeypatch) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never replies
-        (tmp_path / f"jpserver-{os.getpid()}.json").write_text(json.dumps(
-            {"url": f"http://127.0.0.1:{silent.getsockname()[1]}/", "token": "", "pid": os.getpid()}))
+        (tmp_path / f"jpserver-{os.getpid()}.json").write_text(
+            json.dumps(
+                {"url": f"http://127.0.0.1:{silent.getsockname()[1]}/", "token": "", "pid": os.getpid()}
+            )
+        )
         monkeypatch.setattr(client, "connection_file", lambda: str(tmp_path / "kernel-mine.json"))
         started = time.monotonic()
         assert gpu_memory.server_labels(f"GPU-{UUID0}") == {}
@@ -353,7 +383,9 @@ def test_gpu_nvml_matches_nvidia_smi(ip) -> None:
     assert view is not None, reason
     smi = subprocess.run(
         ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     mine = [line.split(", ") for line in smi.splitlines() if line.split(", ")[0] == str(os.getpid())]
     mib = sum(int(used) for pid, gpu, used in mine if gpu == uuid)
@@ -373,8 +405,9 @@ def test_gpu_real_oom_names_the_other_process(ip) -> None:
     )
     # Through a shell that exits at once: a child of this process would count as this kernel.
     shell = subprocess.Popen(
-        ["sh", "-c", f"CUDA_VISIBLE_DEVICES={device} {sys.executable} -c \"{hog_code}\" & echo $!"],
-        stdout=subprocess.PIPE, text=True,
+        ["sh", "-c", f'CUDA_VISIBLE_DEVICES={device} {sys.executable} -c "{hog_code}" & echo $!'],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     hog = psutil.Process(int(shell.stdout.readline()))
     try:
@@ -382,7 +415,9 @@ def test_gpu_real_oom_names_the_other_process(ip) -> None:
         # memory cached by earlier tests in this process would let the request fit without an OOM
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(0)
-        out = _run(ip, f"import torch\nx = torch.empty({free + 2 * 1024**3}, dtype=torch.uint8, device='cuda:0')")
+        out = _run(
+            ip, f"import torch\nx = torch.empty({free + 2 * 1024**3}, dtype=torch.uint8, device='cuda:0')"
+        )
     finally:
         hog.kill()
         shell.wait()

@@ -1,4 +1,5 @@
 """On a real GPU machine: the API agrees with nvidia-smi, and a kernel's CUDA memory is its own."""
+
 from __future__ import annotations
 
 import csv
@@ -10,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_server_api import get, wait_for
 from test_server_kernels import run_cell, start_notebook_kernel
 
@@ -21,7 +21,9 @@ MIB = 1024**2
 def nvidia_smi(query: str, kind: str = "gpu") -> list[list[str]]:
     out = subprocess.run(
         ["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(out)) if row]
 
@@ -42,8 +44,9 @@ async def test_devices_and_memory_agree_with_nvidia_smi(jp_fetch, gpu_monitor):
     smi = nvidia_smi("index,uuid,name,pci.bus_id,memory.total,memory.used,power.limit")
     assert [d["uuid"] for d in devices["devices"]] == [row[1] for row in smi]
     assert [d["name"] for d in devices["devices"]] == [row[2] for row in smi]
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.split()[0]
+    driver = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.split()[0]
     assert devices["driver_version"] == driver
     for device, gpu, row in zip(devices["devices"], telemetry["latest"]["gpus"], smi):
         total = float(row[4]) * MIB
@@ -107,7 +110,9 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
     manager = gpu_monitor.serverapp.kernel_manager
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "1,0", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     kernel_id = await manager.start_kernel(kernel_name="python3", env=env)
-    body = json.dumps({"path": "reordered.ipynb", "type": "notebook", "name": "", "kernel": {"id": kernel_id}})
+    body = json.dumps(
+        {"path": "reordered.ipynb", "type": "notebook", "name": "", "kernel": {"id": kernel_id}}
+    )
     await jp_fetch("api", "sessions", method="POST", body=body)
     kernel = manager.get_kernel(kernel_id)
     await run_cell(
@@ -129,7 +134,9 @@ async def test_reordered_cuda_visible_devices_are_attributed_to_the_physical_gpu
         return mine if ready and published else None
 
     mine = await wait_for(both_gpus_with_allocator, timeout=20)
-    apps = {(int(r[0]), r[1]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")}
+    apps = {
+        (int(r[0]), r[1]): float(r[2]) * MIB for r in nvidia_smi("pid,gpu_uuid,used_memory", "compute-apps")
+    }
     pid = kernel.provisioner.pid
     by_index = {row["gpu_index"]: row for row in mine["gpu_memory"]}
     for index in (0, 1):

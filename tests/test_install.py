@@ -1,5 +1,6 @@
 """`pip install` alone enables both halves, the server extension and the prebuilt frontend; a build
 from source without Node.js stops with the fix, or uses a frontend built already and says so."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,9 @@ import pytest
 
 
 def jupyter(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "jupyter", *args], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyter", *args], capture_output=True, text=True, timeout=120
+    )
     return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)  # drop colour codes
 
 
@@ -45,8 +48,11 @@ def source(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "hatch_build.py", "README.md", "LICENSE", "install.json"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "jupyter-config", src / "jupyter-config")
-    shutil.copytree(REPO / "jupyter_gpu", src / "jupyter_gpu",
-                    ignore=shutil.ignore_patterns("__pycache__", "labextension"))
+    shutil.copytree(
+        REPO / "jupyter_gpu",
+        src / "jupyter_gpu",
+        ignore=shutil.ignore_patterns("__pycache__", "labextension"),
+    )
     (src / "labextension").mkdir()
     shutil.copy(REPO / "labextension" / "package.json", src / "labextension" / "package.json")
     return src
@@ -61,21 +67,29 @@ def build(source: Path, kind: str, node: str | None) -> subprocess.CompletedProc
         fake = path / "node"
         fake.write_text(f"#!/bin/sh\necho v{node}\n")
         fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("HATCH_JUPYTER_BUILDER_SKIP_NPM", "SKIP_JUPYTER_BUILDER")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HATCH_JUPYTER_BUILDER_SKIP_NPM", "SKIP_JUPYTER_BUILDER")
+    }
     env["PATH"] = str(path)
     code = f"from hatchling.build import build_{kind}; print(build_{kind}({str(source.parent / 'dist')!r}))"
-    return subprocess.run([sys.executable, "-c", code], cwd=source, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=source, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("kind", ["wheel", "editable"])
 @pytest.mark.parametrize("node, why", [(None, NO_NODE), ("16.20.2", OLD_NODE)])
-def test_building_without_node_fails_and_says_what_to_do(source: Path, kind: str, node: str | None,
-                                                         why: str) -> None:
+def test_building_without_node_fails_and_says_what_to_do(
+    source: Path, kind: str, node: str | None, why: str
+) -> None:
     result = build(source, kind, node)
     assert result.returncode != 0
-    assert (f"FrontendMissing: jupyter_gpu's JupyterLab frontend (the GPU panel and status bar) is built "
-            f"from labextension/ with Node.js >= 18 ({why})") in result.stderr, result.stderr
+    assert (
+        f"FrontendMissing: jupyter_gpu's JupyterLab frontend (the GPU panel and status bar) is built "
+        f"from labextension/ with Node.js >= 18 ({why})"
+    ) in result.stderr, result.stderr
     assert "Install Node.js" in result.stderr and "install a released wheel" in result.stderr
     assert not (source.parent / "dist").exists() or not any((source.parent / "dist").iterdir())
 
@@ -87,8 +101,10 @@ def test_building_without_node_uses_a_prebuilt_frontend_and_says_so(source: Path
     (bundle / "package.json").write_text('{"name": "jupyter-gpu"}')
     result = build(source, "wheel", None)
     assert result.returncode == 0, result.stderr
-    assert (f"jupyter_gpu: Node.js >= 18 is needed to build the JupyterLab frontend ({NO_NODE}): using the "
-            "one already built in jupyter_gpu/labextension") in result.stdout + result.stderr
+    assert (
+        f"jupyter_gpu: Node.js >= 18 is needed to build the JupyterLab frontend ({NO_NODE}): using the "
+        "one already built in jupyter_gpu/labextension"
+    ) in result.stdout + result.stderr
     wheel = source.parent / "dist" / result.stdout.strip().splitlines()[-1]
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

@@ -1,6 +1,8 @@
 """The kernel agent: what it writes, how, and what it never touches (torch import, CUDA init)."""
+
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import stat
@@ -8,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import itertools
 import time
 import types
 import uuid
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _shell():
     """The one test shell; globalipapp returns it only from its first start."""
     return start_ipython() or get_ipython()
+
 
 KID = "0b0e9a63-1f3c-4c1e-9d2a-7f6a5e4d3c2b"
 
@@ -274,8 +276,13 @@ def third_write(folder):
 
 def _run_python(code: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", AGENT_WRITING + textwrap.dedent(code)],
-                            capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", AGENT_WRITING + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -345,8 +352,11 @@ def test_real_kernel(kernel, tmp_path: Path) -> None:
     assert reason is None and stats["cuda_in_use"] is False
     assert stats["pid"] == km.provisioner.pid
     imported_at = float(_execute(kc, "import time, torch; x = torch.ones(4); print(time.time())"))
-    wait_until("the agent to write again after torch was imported",
-              lambda: (read_kernel_stats(tmp_path, KID).stats or {}).get("time", 0) > imported_at, timeout=30)
+    wait_until(
+        "the agent to write again after torch was imported",
+        lambda: (read_kernel_stats(tmp_path, KID).stats or {}).get("time", 0) > imported_at,
+        timeout=30,
+    )
     assert read_kernel_stats(tmp_path, KID).stats["cuda_in_use"] is False
     assert _execute(kc, "print(torch.cuda.is_initialized())").strip() == "False"
     _execute(kc, "%unload_ext jupyter_gpu")

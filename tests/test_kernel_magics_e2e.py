@@ -2,6 +2,7 @@
 
 The tests share one kernel and run in file order: load, use, unload.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def kernel():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     manager, client = start_new_kernel(kernel_name="python3", env=env)
     yield client
     client.stop_channels()
@@ -35,22 +38,31 @@ def run(client, code: str, timeout: float = 120) -> tuple[dict, list[dict]]:
 
 
 def stdout(messages: list[dict]) -> str:
-    return "".join(m["content"]["text"] for m in messages
-                   if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
+    return "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+    )
 
 
 def test_load_ext_registers_the_magics_without_importing_torch(kernel):
     reply, _ = run(kernel, "%load_ext jupyter_gpu")
     assert reply["status"] == "ok"
-    _, out = run(kernel, "import sys\n"
-                         "names = get_ipython().magics_manager.magics['line']\n"
-                         "print('torch' in sys.modules, sorted(n for n in ('amp', 'gpu_warmup', 'gpu_doctor') if n in names))")
+    _, out = run(
+        kernel,
+        "import sys\n"
+        "names = get_ipython().magics_manager.magics['line']\n"
+        "print('torch' in sys.modules, sorted(n for n in ('amp', 'gpu_warmup', 'gpu_doctor') if n in names))",
+    )
     assert stdout(out).strip() == "False ['amp', 'gpu_doctor', 'gpu_warmup']"
 
 
 def test_amp_cell_applies_bf16_and_an_error_fails_the_cell(kernel):
-    reply, out = run(kernel, "%%amp --device cpu --dtype bf16\nimport torch\n"
-                             "y = torch.ones(8, 8) @ torch.ones(8, 8)\nprint(y.dtype)")
+    reply, out = run(
+        kernel,
+        "%%amp --device cpu --dtype bf16\nimport torch\n"
+        "y = torch.ones(8, 8) @ torch.ones(8, 8)\nprint(y.dtype)",
+    )
     assert reply["status"] == "ok"
     text = stdout(out)
     assert "torch.bfloat16" in text and "amp: bf16 autocast on cpu" in text
@@ -106,7 +118,10 @@ def test_unload_removes_magics_and_events(kernel):
     assert reply["status"] == "ok"
     reply, _ = run(kernel, "%amp")
     assert reply["status"] == "error" and "not found" in reply["evalue"]
-    _, out = run(kernel, "callbacks = get_ipython().events.callbacks\n"
-                         "print([type(getattr(c, '__self__', None)).__name__ for e in ('pre_run_cell', 'post_run_cell')"
-                         " for c in callbacks[e] if type(getattr(c, '__self__', None)).__name__ == 'AmpMagics'])")
+    _, out = run(
+        kernel,
+        "callbacks = get_ipython().events.callbacks\n"
+        "print([type(getattr(c, '__self__', None)).__name__ for e in ('pre_run_cell', 'post_run_cell')"
+        " for c in callbacks[e] if type(getattr(c, '__self__', None)).__name__ == 'AmpMagics'])",
+    )
     assert stdout(out).strip() == "[]"

@@ -1,5 +1,6 @@
 """A real Jupyter server with real kernels that load jupyter_gpu: the agent's file lands where the
 server reads it, and (on a GPU) an out-of-memory error names the notebook that holds the memory."""
+
 from __future__ import annotations
 
 import asyncio
@@ -7,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from test_server_kernels import start_notebook_kernel
 
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
-from test_server_kernels import start_notebook_kernel
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,11 +62,14 @@ async def poll(check, timeout: float = 20.0):
 async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_env):
     kernel_id = await start_notebook_kernel(jp_fetch, "work/analysis.ipynb")
     kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    out, error = await execute(kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())")
+    out, error = await execute(
+        kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())"
+    )
     assert error == "" and out.strip() == "False"
     stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats)
     assert stats["pid"] == kernel.provisioner.pid
     assert stats["cuda_in_use"] is False and stats["devices"] == []
+
     def a_later_write():
         later = read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats
         return later if later and later["time"] > stats["time"] else None
@@ -83,7 +87,9 @@ async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp,
     kernel = jp_serverapp.kernel_manager.get_kernel(await start_notebook_kernel(jp_fetch, "oom.ipynb"))
     order: list[str] = []
     message = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 3.00 GiB is free."
-    out, error = await execute(kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})", order)
+    out, error = await execute(
+        kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})", order
+    )
     assert "OutOfMemoryError" in error and message in error
     assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in out
     assert order == ["error", "stream"]
@@ -94,23 +100,30 @@ async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp,
 async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, kernel_env, gpu_monitor_config):
     manager = jp_serverapp.kernel_manager
     hog = manager.get_kernel(await start_notebook_kernel(jp_fetch, "team/hog.ipynb"))
-    out, error = await execute(hog, (
-        "import torch\n"
-        "free, total = torch.cuda.mem_get_info(0)\n"
-        "_x = torch.empty(int(free * 0.8), dtype=torch.uint8, device='cuda:0'); torch.cuda.synchronize()\n"
-        "print('held')"
-    ))
+    out, error = await execute(
+        hog,
+        (
+            "import torch\n"
+            "free, total = torch.cuda.mem_get_info(0)\n"
+            "_x = torch.empty(int(free * 0.8), dtype=torch.uint8, device='cuda:0'); torch.cuda.synchronize()\n"
+            "print('held')"
+        ),
+    )
     assert out.strip() == "held", error
     victim_id = await start_notebook_kernel(jp_fetch, "me/victim.ipynb")
     victim = manager.get_kernel(victim_id)
-    out, error = await execute(victim, (
-        "%load_ext jupyter_gpu\n"
-        "import torch\n"
-        "y = torch.empty(torch.cuda.mem_get_info(0)[1] // 2, dtype=torch.uint8, device='cuda:0')"
-    ))
+    out, error = await execute(
+        victim,
+        (
+            "%load_ext jupyter_gpu\n"
+            "import torch\n"
+            "y = torch.empty(torch.cuda.mem_get_info(0)[1] // 2, dtype=torch.uint8, device='cuda:0')"
+        ),
+    )
     assert "OutOfMemoryError" in error  # the original traceback is still there
     assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
     assert "notebook team/hog.ipynb" in out
+
     def after_the_oom():  # the agent's file from before the cell ran says no CUDA yet
         stats = read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats
         return stats if stats and stats["cuda_in_use"] else None

@@ -1,4 +1,5 @@
 """The server's reader of kernel stats files refuses anything off, with a reason, and never raises."""
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,14 @@ def _device() -> dict:
 
 
 def _doc(**changes) -> dict:
-    doc = {"version": 1, "kernel_id": KID, "pid": 4242, "time": NOW - 1, "cuda_in_use": True,
-           "devices": [_device()]}
+    doc = {
+        "version": 1,
+        "kernel_id": KID,
+        "pid": 4242,
+        "time": NOW - 1,
+        "cuda_in_use": True,
+        "devices": [_device()],
+    }
     doc.update(changes)
     return doc
 

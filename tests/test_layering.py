@@ -11,6 +11,7 @@ Importing a module runs its parent packages' ``__init__`` too, but only their im
 statements: a package's lazy hooks (``load_ipython_extension``) run only when called.
 ``if TYPE_CHECKING:`` blocks never run and are skipped.
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 PACKAGE = "jupyter_gpu"
@@ -54,8 +54,11 @@ def _name(path: Path) -> tuple[str, bool]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (
+        isinstance(test, ast.Name)
+        and test.id == "TYPE_CHECKING"
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 class _Imports(ast.NodeVisitor):
@@ -145,7 +148,9 @@ def test_layer_keeps_its_import_rule(layer, name):
 
 def test_the_allow_list_is_not_stale():
     for name, forbidden in ALLOWED.items():
-        assert any(_within(t, (forbidden,)) for t in imports_of(name)), f"{name} keeps the rules now: unlist it"
+        assert any(_within(t, (forbidden,)) for t in imports_of(name)), (
+            f"{name} keeps the rules now: unlist it"
+        )
 
 
 def test_lazy_imports_and_type_checking_blocks_are_read_as_they_run():
@@ -161,13 +166,16 @@ def test_lazy_imports_and_type_checking_blocks_are_read_as_they_run():
 def _without_ipython(code: str, *argv: str) -> subprocess.CompletedProcess:
     """Run ``code`` where IPython and its kin cannot be imported at all, as on a base install."""
     block = f"import sys; sys.modules.update(dict.fromkeys({IPYTHON!r}))\n"
-    return subprocess.run([sys.executable, "-c", block + code, *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", block + code, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_the_command_line_works_without_ipython():
     # warmup's --devices went through the IPython magic's module (what failed on GPU machines)
-    done = _without_ipython("from jupyter_gpu.cli.warmup import devices_option; print(devices_option('1,0', 2))")
+    done = _without_ipython(
+        "from jupyter_gpu.cli.warmup import devices_option; print(devices_option('1,0', 2))"
+    )
     assert done.stdout.strip() == "[1, 0]", done.stderr
     run = "from jupyter_gpu.cli import main; raise SystemExit(main(sys.argv[1:]))"
     done = _without_ipython(run, "warmup", "--devices", "none")  # no GPU: 3; else a usage error, 2

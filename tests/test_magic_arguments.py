@@ -1,4 +1,5 @@
 """Every magic that takes options answers a malformed line with one UsageError, no traceback."""
+
 from __future__ import annotations
 
 import pytest

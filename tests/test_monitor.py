@@ -4,6 +4,7 @@ messages, updates keep coming from the kernel's thread, and clearing or closing 
 NVML is simulated inside the kernel (H200 readings) once the no-GPU case has been seen.
 The tests share one kernel and run in file order.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import HAS_GPU, READINGS
 
 pytest.importorskip("ipywidgets")
@@ -27,7 +27,9 @@ class Frontend:
     """What a notebook front end sees of one kernel: every iopub message, and comms to reply on."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        )
         self.km, self.kc = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
         self.iopub: list[dict[str, Any]] = []
 
@@ -85,7 +87,11 @@ def widgets_of(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         content = m["content"]
         if m["msg_type"] == "comm_open" and content.get("target_name") == "jupyter.widget":
             states[content["comm_id"]] = dict(content["data"]["state"])
-        elif m["msg_type"] == "comm_msg" and content["comm_id"] in states and content["data"].get("method") == "update":
+        elif (
+            m["msg_type"] == "comm_msg"
+            and content["comm_id"] in states
+            and content["data"].get("method") == "update"
+        ):
             states[content["comm_id"]].update(content["data"]["state"])
     return states
 
@@ -93,8 +99,11 @@ def widgets_of(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def start_monitor(frontend: Frontend) -> tuple[str, dict[str, dict[str, Any]]]:
     reply, messages = frontend.run("%gpu_monitor --interval 0.1")
     assert reply["status"] == "ok"
-    [view] = [m["content"]["data"]["application/vnd.jupyter.widget-view+json"] for m in messages
-              if m["msg_type"] == "display_data"]
+    [view] = [
+        m["content"]["data"]["application/vnd.jupyter.widget-view+json"]
+        for m in messages
+        if m["msg_type"] == "display_data"
+    ]
     return view["model_id"], widgets_of(messages)
 
 
@@ -108,6 +117,7 @@ def update_of(comm_id: str, **expected: Any):
             return False
         data = msg["content"]["data"]
         return data.get("method") == "update" and all(data["state"].get(k) == v for k, v in expected.items())
+
     return match
 
 
@@ -116,7 +126,9 @@ def closed(comm_id: str):
 
 
 def monitor_threads(frontend: Frontend) -> int:
-    return int(frontend.stdout(f"import threading; print(sum(t.name == {THREAD!r} for t in threading.enumerate()))"))
+    return int(
+        frontend.stdout(f"import threading; print(sum(t.name == {THREAD!r} for t in threading.enumerate()))")
+    )
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
@@ -136,10 +148,12 @@ def test_bad_interval_is_a_usage_error(frontend):
 
 
 def test_updates_arrive_as_comm_messages_while_the_kernel_is_idle(frontend):
-    frontend.run("from jupyter_gpu.kernel import gpu_memory\n"
-                 "from jupyter_gpu.nvml.simulated import SimulatedNVML\n"
-                 f"sim = SimulatedNVML.from_file({str(READINGS)!r})\n"
-                 "gpu_memory.nvml_backend = lambda: sim")
+    frontend.run(
+        "from jupyter_gpu.kernel import gpu_memory\n"
+        "from jupyter_gpu.nvml.simulated import SimulatedNVML\n"
+        f"sim = SimulatedNVML.from_file({str(READINGS)!r})\n"
+        "gpu_memory.nvml_backend = lambda: sim"
+    )
     root, widgets = start_monitor(frontend)
     labels = sorted(s["value"] for s in widgets.values() if s.get("_model_name") == "LabelModel")
     assert "GPU 0: NVIDIA H200" in labels and "GPU 1: NVIDIA H200" in labels
@@ -151,7 +165,9 @@ def test_updates_arrive_as_comm_messages_while_the_kernel_is_idle(frontend):
 
     mark = len(frontend.iopub)
     frontend.run("sim.readings['devices'][0]['utilization']['gpu'] = 64")
-    assert frontend.pump(update_of(util0, value=64.0), mark), "the new utilisation never reached the front end"
+    assert frontend.pump(update_of(util0, value=64.0), mark), (
+        "the new utilisation never reached the front end"
+    )
     frontend.run("sim.readings['devices'][0]['memory_v2']['used'] = 140 * 2**30")
     memory0 = by_tooltip(widgets, "GPU 0 memory used")
     assert frontend.pump(update_of(memory0, bar_style="danger"), mark)
@@ -168,8 +184,12 @@ def test_clearing_the_output_stops_updates_and_frees_the_widgets(frontend):
     assert monitor_threads(frontend) == 0
     mark = len(frontend.iopub)
     frontend.run("sim.readings['devices'][0]['utilization']['gpu'] = 12")
-    assert frontend.pump(lambda m: m["msg_type"] == "comm_msg" and m["content"]["comm_id"] in widgets,
-                         mark, timeout=1.0) is None
+    assert (
+        frontend.pump(
+            lambda m: m["msg_type"] == "comm_msg" and m["content"]["comm_id"] in widgets, mark, timeout=1.0
+        )
+        is None
+    )
 
 
 def test_a_widget_closed_by_the_front_end_stops(frontend):

@@ -1,11 +1,12 @@
 """The one NVML reader: versioned calls probed once, errors explained by the one table, and the
 doctor reading through it (over the H200 readings replayed by the simulated backend)."""
+
 from __future__ import annotations
 
 import pynvml
 import pytest
-
 from conftest import READINGS
+
 from jupyter_gpu.doctor.nvmlinfo import read_nvml
 from jupyter_gpu.nvml import NvmlReader, NvmlUnavailable
 from jupyter_gpu.nvml.reasons import PROBLEMS
@@ -86,4 +87,6 @@ def test_the_doctor_reads_nvml_through_the_reader(nvml):
 def test_the_doctor_keeps_the_kind_of_failure(nvml):
     nvml.fail("nvmlInit", pynvml.NVML_ERROR_NO_PERMISSION)
     info = read_nvml(nvml)
-    assert info.error_kind == "no_permission" and info.error == str(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION))
+    assert info.error_kind == "no_permission" and info.error == str(
+        pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+    )

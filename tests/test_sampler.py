@@ -1,14 +1,14 @@
 """The sampler and the attribution join, without a server."""
+
 from __future__ import annotations
 
-
 import pynvml
-
 from conftest import READINGS, wait_until
+
 from jupyter_gpu.nvml import NvmlReader
+from jupyter_gpu.nvml.processes import ProcessMeta
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 from jupyter_gpu.server.attribution import KernelRef, attribute
-from jupyter_gpu.nvml.processes import ProcessMeta
 from jupyter_gpu.server.sampler import Sampler
 
 
@@ -47,8 +47,10 @@ def test_sampler_starts_once_the_driver_appears():
     try:
         wait_until("the no-driver reason", lambda: "No NVIDIA driver" in (sampler.status.reason or ""))
         assert sampler.latest() is None
-        wait_until("a sample after the driver came back",
-                   lambda: sampler.status.available and sampler.latest() is not None)
+        wait_until(
+            "a sample after the driver came back",
+            lambda: sampler.status.available and sampler.latest() is not None,
+        )
         assert [d["index"] for d in sampler.status.devices] == [0, 1]
     finally:
         sampler.stop()
@@ -56,18 +58,33 @@ def test_sampler_starts_once_the_driver_appears():
 
 
 def test_no_devices_is_its_own_reason():
-    sampler = make_sampler(SimulatedNVML({"driver_version": "580", "cuda_driver_version": 13000, "devices": []}))
+    sampler = make_sampler(
+        SimulatedNVML({"driver_version": "580", "cuda_driver_version": 13000, "devices": []})
+    )
     sampler.start()
     try:
-        wait_until("the no-GPUs reason",
-                   lambda: sampler.status.reason and "reports no GPUs" in sampler.status.reason)
+        wait_until(
+            "the no-GPUs reason", lambda: sampler.status.reason and "reports no GPUs" in sampler.status.reason
+        )
     finally:
         sampler.stop()
 
 
 GPUS = [
-    {"index": 0, "uuid": "GPU-a", "processes": [{"pid": 10, "used_memory_bytes": 100}, {"pid": 11, "used_memory_bytes": 5}]},
-    {"index": 1, "uuid": "GPU-b", "processes": [{"pid": 12, "used_memory_bytes": 7}, {"pid": 13, "used_memory_bytes": 1}, {"pid": 14, "used_memory_bytes": None}]},
+    {
+        "index": 0,
+        "uuid": "GPU-a",
+        "processes": [{"pid": 10, "used_memory_bytes": 100}, {"pid": 11, "used_memory_bytes": 5}],
+    },
+    {
+        "index": 1,
+        "uuid": "GPU-b",
+        "processes": [
+            {"pid": 12, "used_memory_bytes": 7},
+            {"pid": 13, "used_memory_bytes": 1},
+            {"pid": 14, "used_memory_bytes": None},
+        ],
+    },
 ]
 META = {
     10: ProcessMeta(10, (1,), "alice", "python -m ipykernel_launcher", True),
@@ -100,4 +117,6 @@ def test_show_all_users_lists_other_users_processes():
 def test_a_pid_from_another_namespace_is_never_attributed_even_if_it_matches():
     meta = {**META, 10: ProcessMeta(10, (1,), "alice", "something else", same_namespace=False)}
     view = attribute(KERNELS, GPUS[:1], meta, current_user="alice", show_all_users=False)
-    assert view["kernels"][0]["gpu_memory"] == [{"gpu_index": 0, "uuid": "GPU-a", "used_memory_bytes": 5, "pids": [11]}]
+    assert view["kernels"][0]["gpu_memory"] == [
+        {"gpu_index": 0, "uuid": "GPU-a", "used_memory_bytes": 5, "pids": [11]}
+    ]

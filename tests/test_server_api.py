@@ -1,4 +1,5 @@
 """The REST API against a real jupyter_server replaying H200 readings."""
+
 from __future__ import annotations
 
 import asyncio
@@ -6,13 +7,13 @@ import gzip
 import json
 
 import pytest
+from conftest import READINGS
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from tornado.httpclient import HTTPClientError
 
-from conftest import READINGS
 from jupyter_gpu.server.schema import SCHEMA_DIR, load
 
 FIXTURE = json.loads(READINGS.read_text())
@@ -22,7 +23,9 @@ SCHEMAS = Registry().with_resources(
     for path in SCHEMA_DIR.glob("*.schema.json")
 )
 ROUTES = tuple(load("api")["properties"])
-VALIDATORS = {route: Draft202012Validator({"$ref": f"{route}.schema.json"}, registry=SCHEMAS) for route in ROUTES}
+VALIDATORS = {
+    route: Draft202012Validator({"$ref": f"{route}.schema.json"}, registry=SCHEMAS) for route in ROUTES
+}
 
 
 def check_reply(route: str, body: dict) -> None:
@@ -131,8 +134,12 @@ async def test_full_history_is_gzipped_for_clients_that_accept_it(jp_fetch, gpu_
     assert len(body["history"]) >= 40 and len(response.body) < len(json.dumps(body)) / 5
     # an incremental poll stays small and plain
     latest = await jp_fetch(
-        "api", "gpu", "telemetry", params={"since": str(body["now"])},
-        headers={"Accept-Encoding": "gzip"}, decompress_response=False,
+        "api",
+        "gpu",
+        "telemetry",
+        params={"since": str(body["now"])},
+        headers={"Accept-Encoding": "gzip"},
+        decompress_response=False,
     )
     assert "Content-Encoding" not in latest.headers and json.loads(latest.body)["latest"]
 

@@ -1,4 +1,5 @@
 """Every route demands authentication and honours the server's authorizer."""
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,8 @@ class TestTokenInTheURL:
             await jp_fetch("api", "gpu", "telemetry", params={"token": token, "sinse": "0"})
         assert info.value.code == 400
         assert json.loads(info.value.response.body)["message"] == (
-            "Unknown query parameter(s): sinse. Allowed: since, token.")
+            "Unknown query parameter(s): sinse. Allowed: since, token."
+        )
 
 
 def test_no_handler_lacks_an_auth_rule(jp_server_config):
@@ -81,7 +83,9 @@ def test_no_handler_lacks_an_auth_rule(jp_server_config):
 
 
 def _patterns(app) -> list[str]:
-    return [rule.matcher.regex.pattern.rstrip("$") for rule in app.web_app.default_router.rules[0].target.rules]
+    return [
+        rule.matcher.regex.pattern.rstrip("$") for rule in app.web_app.default_router.rules[0].target.rules
+    ]
 
 
 class DenyGPU(Authorizer):
@@ -92,7 +96,10 @@ class DenyGPU(Authorizer):
 class TestAuthorizer:
     @pytest.fixture
     def jp_server_config(self, jp_server_config):
-        return {**jp_server_config, "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": DenyGPU}}
+        return {
+            **jp_server_config,
+            "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": DenyGPU},
+        }
 
     @pytest.mark.parametrize("route", ROUTES)
     async def test_a_user_without_the_gpu_permission_is_refused(self, jp_fetch, route):

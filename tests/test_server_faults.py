@@ -1,4 +1,5 @@
 """NVML faults are states, not crashes: the API keeps answering and the sampler recovers."""
+
 from __future__ import annotations
 
 import json
@@ -6,9 +7,9 @@ import logging
 
 import pynvml
 import pytest
+from test_server_api import get, wait_for
 
 from jupyter_gpu.server.schema import VERSION
-from test_server_api import get, wait_for
 
 
 def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
@@ -118,7 +119,12 @@ class TestNoDriver:
     def gpu_monitor_config(self, tmp_path):
         readings = tmp_path / "no-driver.json"
         readings.write_text(json.dumps({"init_error": "NVML_ERROR_LIBRARY_NOT_FOUND"}))
-        return {"backend": "simulated", "simulated_readings": str(readings), "interval": 0.05, "retry_interval": 0.1}
+        return {
+            "backend": "simulated",
+            "simulated_readings": str(readings),
+            "interval": 0.05,
+            "retry_interval": 0.1,
+        }
 
     @pytest.mark.parametrize("route", ["devices", "telemetry", "kernels"])
     async def test_every_route_answers_with_an_actionable_reason(self, jp_fetch, gpu_monitor, route, caplog):

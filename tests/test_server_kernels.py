@@ -1,4 +1,5 @@
 """Kernels, their notebooks and the GPU memory their process trees hold; Prometheus labels."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from test_server_api import get, wait_for
 
 GIB = 1024**3
@@ -98,7 +98,7 @@ async def test_prometheus_exposes_gpu_and_kernel_figures(jp_fetch, gpu_monitor, 
     assert f"jupyter_gpu_utilization_ratio{{{uuid0}}} 0.0" in text
     assert "jupyter_gpu_available 1.0" in text
     assert "jupyter_gpu_fan" not in text  # unsupported fields are absent, not zero
-    line = next(l for l in text.splitlines() if l.startswith("jupyter_gpu_kernel_memory_used_bytes{"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("jupyter_gpu_kernel_memory_used_bytes{"))
     assert f'kernel_id="{kernel_id}"' in line and 'notebook_path="course/week1/train.ipynb"' in line
     assert float(line.rsplit(" ", 1)[1]) == 3 * GIB
 

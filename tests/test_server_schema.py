@@ -6,6 +6,7 @@ refused stats files) are checked there. Here: the schemas themselves, and the st
 reaches: every allocator state of a kernel, NVML before its first attempt, and the replies
 recorded on a real 2×H200 machine that the browser test renders.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,18 @@ import time
 from typing import get_args
 
 import pytest
-from jsonschema import Draft202012Validator
-
 from conftest import FIXTURES
+from jsonschema import Draft202012Validator
+from test_kernel_stats import _device
+from test_server_api import ROUTES, check_reply, get
+from test_server_kernels import start_notebook_kernel
+from test_server_stats_files import publish, stats_doc
+
 from jupyter_gpu.nvml.reasons import PROBLEMS, problem_of_kind
 from jupyter_gpu.server.kernel_stats import AllocatorState
 from jupyter_gpu.server.sampler import NvmlState, Status
 from jupyter_gpu.server.schema import SCHEMA_DIR, load
 from jupyter_gpu.server.telemetry import devices_payload, telemetry_json
-from test_kernel_stats import _device
-from test_server_api import ROUTES, check_reply, get
-from test_server_kernels import start_notebook_kernel
-from test_server_stats_files import publish, stats_doc
 
 
 @pytest.mark.parametrize("path", sorted(SCHEMA_DIR.glob("*.schema.json")), ids=lambda path: path.name)
@@ -67,7 +68,9 @@ def test_replies_recorded_on_h200_fit(route):
 
 
 async def test_every_allocator_state_fits_and_says_what_happened(jp_fetch, gpu_monitor):
-    kernels = {state: await start_notebook_kernel(jp_fetch, f"{state}.ipynb") for state in get_args(AllocatorState)}
+    kernels = {
+        state: await start_notebook_kernel(jp_fetch, f"{state}.ipynb") for state in get_args(AllocatorState)
+    }
 
     def doc(state: str, **changes) -> str:
         return json.dumps({**json.loads(stats_doc(gpu_monitor, kernels[state], [_device()])), **changes})

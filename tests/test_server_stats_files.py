@@ -2,6 +2,7 @@
 package it installed, or another user where the runtime dir is shared. Whatever a file holds,
 the kernels API and jupyter_server's /metrics keep answering, and only that kernel loses its
 allocator figures, with the reason in the API."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from jupyter_gpu.analysis.stats_file import VERSION, file_name
 from test_kernel_stats import _device
 from test_server_api import get, wait_for
 from test_server_kernels import start_notebook_kernel
+
+from jupyter_gpu.analysis.stats_file import VERSION, file_name
 
 UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
 
@@ -22,8 +23,16 @@ UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
 def stats_doc(gpu_monitor, kernel_id: str, devices: list[dict]) -> str:
     """What the agent of that kernel would write now: its PID, the current time."""
     pid = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
-    return json.dumps({"version": VERSION, "kernel_id": kernel_id, "pid": pid, "time": time.time(),
-                       "cuda_in_use": True, "devices": devices})
+    return json.dumps(
+        {
+            "version": VERSION,
+            "kernel_id": kernel_id,
+            "pid": pid,
+            "time": time.time(),
+            "cuda_in_use": True,
+            "devices": devices,
+        }
+    )
 
 
 def publish(gpu_monitor, kernel_id: str, text: str, path: Path | None = None) -> Path:
@@ -43,8 +52,11 @@ async def kernels_and_metrics(jp_fetch) -> tuple[dict[str, dict], str]:
 
 
 def allocator_series(metrics: str, kernel_id: str) -> list[str]:
-    return [line for line in metrics.splitlines()
-            if line.startswith("jupyter_gpu_kernel_allocator_") and f'kernel_id="{kernel_id}"' in line]
+    return [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("jupyter_gpu_kernel_allocator_") and f'kernel_id="{kernel_id}"' in line
+    ]
 
 
 async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
@@ -60,8 +72,10 @@ async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
     kernels, metrics = await kernels_and_metrics(jp_fetch)
     assert kernels[good]["allocator_state"] == "ok" and kernels[good]["allocator_reason"] is None
     assert kernels[good]["allocator"]["devices"][0]["allocated_bytes"] == _device()["allocated_bytes"]
-    assert any(line.startswith("jupyter_gpu_kernel_allocator_allocated_bytes{") and f'uuid="{UUID0}"' in line
-               for line in allocator_series(metrics, good))
+    assert any(
+        line.startswith("jupyter_gpu_kernel_allocator_allocated_bytes{") and f'uuid="{UUID0}"' in line
+        for line in allocator_series(metrics, good)
+    )
     for field, kernel_id in bad.items():
         assert kernels[kernel_id]["allocator"] is None
         assert kernels[kernel_id]["allocator_state"] == "malformed"
@@ -84,7 +98,9 @@ async def test_a_device_listed_twice_is_refused(jp_fetch, gpu_monitor):
 async def test_planted_files_are_ignored(jp_fetch, gpu_monitor, tmp_path):
     """A symlink, or a file of another user, under a kernel's stats file name."""
     linked = await start_notebook_kernel(jp_fetch, "linked.ipynb")
-    target = publish(gpu_monitor, linked, stats_doc(gpu_monitor, linked, [_device()]), tmp_path / "elsewhere.json")
+    target = publish(
+        gpu_monitor, linked, stats_doc(gpu_monitor, linked, [_device()]), tmp_path / "elsewhere.json"
+    )
     (Path(gpu_monitor.serverapp.kernel_manager.connection_dir) / file_name(linked)).symlink_to(target)
     foreign = None
     if os.geteuid() == 0:  # only root can give a file away

@@ -1,5 +1,6 @@
 """Bytes print alike everywhere: the table in fixtures/byte_formats.json is also the frontend's
 (labextension/src/__tests__/format.test.ts reads it), so Python and TypeScript cannot drift."""
+
 from __future__ import annotations
 
 import json

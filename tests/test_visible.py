@@ -1,12 +1,13 @@
 """The one count of visible GPUs: CUDA_VISIBLE_DEVICES read as CUDA reads it, against the
 driver's /proc entries, without CUDA or NVML."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from conftest import modules_after
+
 from jupyter_gpu.nvml.visible import driver_gpus, visible_gpus
 
 UUIDS = ["GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5", "GPU-6f1c9a0e-0d5e-7b1a-93c4-1c2b3d4e5f60"]
@@ -18,7 +19,9 @@ def root(tmp_path: Path) -> Path:
     for bus, uuid in zip(("0000:19:00.0", "0000:3b:00.0"), UUIDS):
         entry = tmp_path / "proc/driver/nvidia/gpus" / bus
         entry.mkdir(parents=True)
-        (entry / "information").write_text(f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 18\nGPU UUID: \t GPU-{uuid[4:]}\n")
+        (entry / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nIRQ:   \t\t 18\nGPU UUID: \t GPU-{uuid[4:]}\n"
+        )
     return tmp_path
 
 

@@ -1,4 +1,5 @@
 """%gpu_warmup and %%gpu_warmup: options, reporting and the no-GPU path on the CPU; the effect on a GPU."""
+
 from __future__ import annotations
 
 import contextlib
@@ -62,17 +63,18 @@ def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
     return types.SimpleNamespace(cuda=cuda)
 
 
-@pytest.mark.parametrize(
-    ("text", "devices"), [(None, [1]), ("all", [0, 1]), ("1,0", [1, 0]), ("1, 1", [1])]
-)
+@pytest.mark.parametrize(("text", "devices"), [(None, [1]), ("all", [0, 1]), ("1,0", [1, 0]), ("1, 1", [1])])
 def test_devices_option(text, devices):
     assert warmup_magic._parse_devices(text, fake_cuda(current=1)) == devices
 
 
 @pytest.mark.parametrize("text", ["2", "x", "-1", ","])
 def test_bad_devices_name_the_valid_range(text):
-    with pytest.raises(UsageError, match=r"give GPU indices from 0 to 1 separated by commas, or 'all' "
-                                         r"\(this kernel sees 2 GPUs\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"give GPU indices from 0 to 1 separated by commas, or 'all' "
+        r"\(this kernel sees 2 GPUs\)",
+    ):
         warmup_magic._parse_devices(text, fake_cuda())
 
 
@@ -80,8 +82,15 @@ def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(
     def boom():
         raise RuntimeError("no kernel image is available for execution on the device\nmore")
 
-    monkeypatch.setattr(warmup, "_steps", lambda torch, index, nccl, compile: [
-        ("context", lambda: None), ("matmul bf16 (cuBLAS)", boom), ("attention", lambda: None)])
+    monkeypatch.setattr(
+        warmup,
+        "_steps",
+        lambda torch, index, nccl, compile: [
+            ("context", lambda: None),
+            ("matmul bf16 (cuBLAS)", boom),
+            ("attention", lambda: None),
+        ],
+    )
     monkeypatch.setattr(warmup, "_first_warmup_ms", {})
     first = warmup.warm_device(fake_cuda(), 0)
     assert first.title == "cuda:0 Fake GPU"
@@ -110,19 +119,29 @@ def test_fork_based_launchers_get_a_note(monkeypatch):
 
 
 def test_report_as_text_html_and_one_line():
-    report = warmup.WarmupReport([
-        warmup.Section("cuda:0 NVIDIA H200", [warmup.Step("context", 380.0), warmup.Step("conv2d", 2.5, "Boom: <x>")],
-                       ["allocator cache 42 MiB"]),
-        warmup.Section("cell", [warmup.Step("first run (cold)", 340.0), warmup.Step("best of 1 warm run(s)", 2.0)],
-                       has_total=False),
-    ])
+    report = warmup.WarmupReport(
+        [
+            warmup.Section(
+                "cuda:0 NVIDIA H200",
+                [warmup.Step("context", 380.0), warmup.Step("conv2d", 2.5, "Boom: <x>")],
+                ["allocator cache 42 MiB"],
+            ),
+            warmup.Section(
+                "cell",
+                [warmup.Step("first run (cold)", 340.0), warmup.Step("best of 1 warm run(s)", 2.0)],
+                has_total=False,
+            ),
+        ]
+    )
     text = str(report)
     assert "  context" in text and "380.0 ms" in text and "FAILED: Boom: <x>" in text
     assert "  total" in text and "382.5 ms" in text and text.count("total") == 1
     html = report.as_report().html()
     assert "<table>" in html and "Boom: &lt;x&gt;" in html
-    assert report.summary() == ("gpu_warmup: cuda:0 NVIDIA H200 warm in 382 ms; "
-                                "cell: first run (cold) 340 ms, best of 1 warm run(s) 2 ms")
+    assert report.summary() == (
+        "gpu_warmup: cuda:0 NVIDIA H200 warm in 382 ms; "
+        "cell: first run (cold) 340 ms, best of 1 warm run(s) 2 ms"
+    )
 
 
 def test_undo_removes_the_magic():
@@ -147,8 +166,14 @@ def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
     first = capsys.readouterr().out
     assert os.environ.get("CUDA_MODULE_LOADING") == loading  # never forced to EAGER
     assert "FAILED" not in first
-    for step in ("context", "matmul float32", "linear with bias", "conv2d + batchnorm fp32",
-                 "scaled-dot-product attention", "backward + AdamW step"):
+    for step in (
+        "context",
+        "matmul float32",
+        "linear with bias",
+        "conv2d + batchnorm fp32",
+        "scaled-dot-product attention",
+        "backward + AdamW step",
+    ):
         assert step in first
     report = warmup.warm_up([0])
     assert report.sections[0].notes[-1].startswith("already warm")
@@ -159,7 +184,9 @@ def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
 @needs_gpu
 def test_cell_form_reports_cold_and_warm_runs(ip, capsys):
     ip.user_ns["torch"] = torch
-    ip.run_cell_magic("gpu_warmup", "--quiet --repeat 2", "y = torch.nn.functional.gelu(torch.ones(64, device='cuda'))")
+    ip.run_cell_magic(
+        "gpu_warmup", "--quiet --repeat 2", "y = torch.nn.functional.gelu(torch.ones(64, device='cuda'))"
+    )
     out = capsys.readouterr().out
     assert out.startswith("gpu_warmup: cell: first run (cold) ") and "best of 2 warm run(s)" in out
     assert ip.user_ns["y"].is_cuda
@@ -179,9 +206,21 @@ def test_warmup_makes_the_first_step_of_a_small_cnn_faster_in_fresh_kernels():
     """Fresh kernels, arms interleaved (benchmarks/warmup.py): cold ~340 ms vs ~110 ms warm on H200."""
     pytest.importorskip("jupyter_client")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "warmup.py"), "--trials", "2", "--steps", "10",
-         "--workloads", "cnn", "--json"],
-        capture_output=True, text=True, timeout=850, check=True,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "warmup.py"),
+            "--trials",
+            "2",
+            "--steps",
+            "10",
+            "--workloads",
+            "cnn",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=True,
     )
     cnn = json.loads(done.stdout.strip().splitlines()[-1])["results"]["cnn"]
     cold, warm = cnn["cold"], cnn["after %gpu_warmup"]

@@ -7,10 +7,12 @@ bytes trapped inside segments that still hold live blocks, which ``empty_cache()
 With ``expandable_segments:True`` the allocator leaves its split stats at 0
 by design, so the stranded bytes of expandable segments come from the snapshot instead.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .units import MiB, format_bytes
 
@@ -82,9 +84,7 @@ def free_block_parts(segment: Mapping[str, Any], block: Mapping[str, Any]) -> tu
     return first_page - start, end_page - first_page, start + size - end_page
 
 
-def summarize_snapshot(
-    segments: Iterable[Mapping[str, Any]], device: int | None = None
-) -> SnapshotSummary:
+def summarize_snapshot(segments: Iterable[Mapping[str, Any]], device: int | None = None) -> SnapshotSummary:
     """Summarise snapshot segments of one device (all devices when ``device`` is None)."""
     reserved = allocated = requested = pending = free = 0
     stranded = expandable_stranded = releasable = free_blocks = count = 0
@@ -185,9 +185,7 @@ class AllocatorFigures:
         return self.snapshot is not None and self.snapshot.expandable
 
 
-def allocator_figures(
-    stats: Mapping[str, Any], snapshot: SnapshotSummary | None = None
-) -> AllocatorFigures:
+def allocator_figures(stats: Mapping[str, Any], snapshot: SnapshotSummary | None = None) -> AllocatorFigures:
     """Combine a flattened ``memory_stats()`` dict with an optional snapshot summary."""
     inactive_split = _stat(stats, "inactive_split_bytes.all.current")
     if snapshot is not None:

@@ -3,6 +3,7 @@
 Keys on the phrases that have been stable across torch versions ("Tried to allocate", "is
 reserved by PyTorch but unallocated"), never on the documentation URL, which changed.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,7 +48,5 @@ def parse_oom_message(text: str) -> OomMessage | None:
         process_bytes=_size(re.search(r"this process has " + _SIZE + r" memory in use", text)),
         allowed_bytes=_size(re.search(_SIZE + r" allowed;", text)),
         pytorch_allocated_bytes=_size(re.search(_SIZE + r" is allocated by PyTorch", text)),
-        reserved_unallocated_bytes=_size(
-            re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)
-        ),
+        reserved_unallocated_bytes=_size(re.search(_SIZE + r" is reserved by PyTorch but unallocated", text)),
     )

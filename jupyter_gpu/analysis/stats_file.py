@@ -5,6 +5,7 @@ sides import this module, so the name, version and field types are defined once.
 trusts nothing in the file: ``validate`` returns a reason for anything off, and a clean copy
 holding only the known fields.
 """
+
 from __future__ import annotations
 
 import math
@@ -164,4 +165,3 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         "cuda_in_use": doc["cuda_in_use"],
         "devices": clean_devices,
     }, None
-

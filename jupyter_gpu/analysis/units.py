@@ -5,6 +5,7 @@ The frontend's twin is ``labextension/src/format.ts``; ``tests/fixtures/byte_for
 the table both must print alike. Numbers are rounded half away from zero as JavaScript's
 ``toFixed`` does, so a value that lies exactly halfway (1.125 GiB) prints the same in both.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,7 @@ def format_bytes(n: int | float | None) -> str:
 
 
 def format_bytes_of(used: int | float | None, total: int | float | None) -> str:
-    """"used / total" in the unit of the total, e.g. "30.1 / 140 GiB"; a ``used`` too small to
+    """ "used / total" in the unit of the total, e.g. "30.1 / 140 GiB"; a ``used`` too small to
     show in that unit gets its own ("3.25 MiB / 140 GiB")."""
     if total is None or not _known(total):
         return format_bytes(used)

@@ -4,11 +4,12 @@ For instructors and for front ends without the JupyterLab sidebar: ``status``, `
 ``warmup`` and ``preflight``. Each subcommand is a module with ``add_parser`` and ``run``;
 torch is imported only inside the ``run`` of the subcommands that need a GPU.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import doctor, preflight, status, warmup
 from .common import EXIT_USAGE, CliError

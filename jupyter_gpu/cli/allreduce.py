@@ -6,6 +6,7 @@ job). Each rank checks the sum once, then times a loop of all-reduces of the sam
 Bandwidths follow nccl-tests: algorithm bandwidth = bytes / time; bus bandwidth = algorithm
 bandwidth x 2(n-1)/n, the traffic each link carries, comparable across GPU counts.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ class AllReduceResult:
 
 
 @record
-def rank_main(backend: str, size_bytes: int, iterations: int, warmup: int, timeout_s: float) -> dict[str, Any]:
+def rank_main(
+    backend: str, size_bytes: int, iterations: int, warmup: int, timeout_s: float
+) -> dict[str, Any]:
     """One rank (elastic's entry point, so module level): check the sum, then time the loop."""
     import torch
     import torch.distributed as dist
@@ -80,16 +83,26 @@ def _synchronize(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(nproc: int, *, backend: str = "nccl", size_bytes: int = 256 * 2**20, iterations: int = 20,
-            warmup: int = 5, timeout_s: float = 120.0) -> AllReduceResult:
+def measure(
+    nproc: int,
+    *,
+    backend: str = "nccl",
+    size_bytes: int = 256 * 2**20,
+    iterations: int = 20,
+    warmup: int = 5,
+    timeout_s: float = 120.0,
+) -> AllReduceResult:
     """Launch ``nproc`` ranks on this machine and all-reduce ``size_bytes`` of float32 on each.
 
     The ranks are started by the same launcher as ``%%ddp_launch`` (``Gang``): spawned, their
     store on loopback, nothing listening beyond this machine.
     """
     result = AllReduceResult(False, None, backend, nproc, size_bytes, iterations)
-    gang = Gang(WorkerOptions(nproc=nproc, backend=backend, start_method="spawn"), rank_main,
-                lambda session, secret: (backend, size_bytes, iterations, warmup, timeout_s))
+    gang = Gang(
+        WorkerOptions(nproc=nproc, backend=backend, start_method="spawn"),
+        rank_main,
+        lambda session, secret: (backend, size_bytes, iterations, warmup, timeout_s),
+    )
     # Spawned ranks start with the working directory first on sys.path: started in a directory
     # another user can write (/tmp, a shared course folder), a planted multiprocessing/ would
     # run as us. They start in a private directory instead.
@@ -114,7 +127,9 @@ def measure(nproc: int, *, backend: str = "nccl", size_bytes: int = 256 * 2**20,
     ranks = gang.return_values
     wrong = sorted(r["rank"] for r in ranks.values() if not r["correct"])
     if wrong:
-        result.error = f"wrong sum on rank(s) {', '.join(map(str, wrong))}: the GPUs or their links corrupt data"
+        result.error = (
+            f"wrong sum on rank(s) {', '.join(map(str, wrong))}: the GPUs or their links corrupt data"
+        )
         return result
     result.seconds = max(r["seconds"] for r in ranks.values())
     result.nccl_version = ranks[0]["nccl_version"]

@@ -1,9 +1,11 @@
 """What every subcommand shares: exit codes, errors worth one line, JSON and tables."""
+
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 # Scripts branch on these; the README lists them.
 EXIT_OK = 0

@@ -1,4 +1,5 @@
 """``jupyter gpu doctor``: the checks of ``%gpu_doctor``, for a terminal or a script."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "extension. Each problem comes with a fix. Exits 1 when any check FAILs.",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON, for scripts")
-    p.add_argument("--no-server", action="store_true", help="do not look for the jupyter_gpu server extension")
+    p.add_argument(
+        "--no-server", action="store_true", help="do not look for the jupyter_gpu server extension"
+    )
     p.set_defaults(run=run)
 
 

@@ -6,6 +6,7 @@ make a difference: a faulty GPU, a broken driver or library shows up as a large 
 crash in a student's notebook. With two or more GPUs, NCCL all-reduces across all of them
 (see allreduce.py) and the measured bandwidth shows whether they talk over NVLink or a slow path.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--size-mib", type=int, default=256, help="all-reduce buffer per GPU in MiB (default 256)")
     p.add_argument("--iters", type=int, default=20, help="timed all-reduces (default 20, after 5 untimed)")
-    p.add_argument("--min-busbw", type=float, default=None,
-                   help="fail when the all-reduce bus bandwidth is below this many GB/s")
+    p.add_argument(
+        "--min-busbw",
+        type=float,
+        default=None,
+        help="fail when the all-reduce bus bandwidth is below this many GB/s",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a stuck all-reduce fails")
     p.add_argument("--no-allreduce", action="store_true", help="only the per-GPU checks")
     p.add_argument("--json", action="store_true", help="print JSON, for scripts")
@@ -72,14 +77,26 @@ def check_dtype(torch: Any, index: int, name: str, a: Any, b: Any) -> dict[str, 
     finally:
         torch.set_float32_matmul_precision(previous)
     error = ((result - reference).norm() / reference.norm()).item()
-    return {"ok": math.isfinite(error) and error <= spec.tolerance, "relative_error": error,
-            "tolerance": spec.tolerance, "skipped": None}
+    return {
+        "ok": math.isfinite(error) and error <= spec.tolerance,
+        "relative_error": error,
+        "tolerance": spec.tolerance,
+        "skipped": None,
+    }
 
 
 def check_gpu(torch: Any, index: int) -> dict[str, Any]:
     """Name, memory and the matmul checks of one GPU; an exception fails this GPU only."""
-    gpu: dict[str, Any] = {"index": index, "name": None, "capability": None, "memory_total_bytes": None,
-                           "memory_free_bytes": None, "matmul": {}, "ok": False, "error": None}
+    gpu: dict[str, Any] = {
+        "index": index,
+        "name": None,
+        "capability": None,
+        "memory_total_bytes": None,
+        "memory_free_bytes": None,
+        "matmul": {},
+        "ok": False,
+        "error": None,
+    }
     try:
         props = torch.cuda.get_device_properties(index)
         capability = (props.major, props.minor)
@@ -90,26 +107,39 @@ def check_gpu(torch: Any, index: int) -> dict[str, Any]:
         b = torch.randn(SIZE, SIZE, generator=generator, dtype=torch.float64)
         for name, spec in DTYPES.items():
             if capability < spec.capability:
-                gpu["matmul"][name] = {"ok": None, "relative_error": None, "tolerance": spec.tolerance,
-                                       "skipped": f"needs compute capability {spec.capability[0]}.{spec.capability[1]}"}
+                gpu["matmul"][name] = {
+                    "ok": None,
+                    "relative_error": None,
+                    "tolerance": spec.tolerance,
+                    "skipped": f"needs compute capability {spec.capability[0]}.{spec.capability[1]}",
+                }
                 continue
             gpu["matmul"][name] = check_dtype(torch, index, name, a, b)
     except Exception as error:  # a CUDA error on one GPU must not hide the others' results
-        gpu["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        gpu["error"] = (
+            f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        )
         return gpu
     gpu["ok"] = all(check["ok"] is not False for check in gpu["matmul"].values())
     return gpu
 
 
-def verdict(gpus: list[dict[str, Any]], all_reduce: dict[str, Any] | None, min_busbw: float | None) -> tuple[bool, str]:
-    problems = [f"GPU {g['index']}: {g['error'] or 'wrong matmul in ' + ', '.join(_wrong(g))}"
-                for g in gpus if not g["ok"]]
+def verdict(
+    gpus: list[dict[str, Any]], all_reduce: dict[str, Any] | None, min_busbw: float | None
+) -> tuple[bool, str]:
+    problems = [
+        f"GPU {g['index']}: {g['error'] or 'wrong matmul in ' + ', '.join(_wrong(g))}"
+        for g in gpus
+        if not g["ok"]
+    ]
     if all_reduce is not None:
         if not all_reduce["ok"]:
             problems.append(f"all-reduce: {all_reduce['error']}")
         elif min_busbw is not None and all_reduce["bus_bandwidth_gbps"] < min_busbw:
-            problems.append(f"all-reduce bus bandwidth {all_reduce['bus_bandwidth_gbps']:.1f} GB/s is below "
-                            f"--min-busbw {min_busbw:g} (NVLink or P2P off? check `nvidia-smi topo -m`)")
+            problems.append(
+                f"all-reduce bus bandwidth {all_reduce['bus_bandwidth_gbps']:.1f} GB/s is below "
+                f"--min-busbw {min_busbw:g} (NVLink or P2P off? check `nvidia-smi topo -m`)"
+            )
     if problems:
         return False, "NOT READY: " + "; ".join(problems)
     text = f"READY: {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} computed correctly in every dtype"
@@ -123,13 +153,17 @@ def _wrong(gpu: dict[str, Any]) -> list[str]:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"jupyter gpu preflight: {len(report['gpus'])} GPU(s), torch {report['torch']}, CUDA {report['cuda']}"]
+    lines = [
+        f"jupyter gpu preflight: {len(report['gpus'])} GPU(s), torch {report['torch']}, CUDA {report['cuda']}"
+    ]
     for g in report["gpus"]:
         head = f"GPU {g['index']}  {g['name'] or '?'}"
         if g["capability"]:
             head += f"  sm_{g['capability'].replace('.', '')}"
         if g["memory_total_bytes"] is not None:
-            head += f"  {format_bytes(g['memory_free_bytes'])} free of {format_bytes(g['memory_total_bytes'])}"
+            head += (
+                f"  {format_bytes(g['memory_free_bytes'])} free of {format_bytes(g['memory_total_bytes'])}"
+            )
         if g["error"]:
             lines.append(f"{head}  FAIL  {g['error']}")
             continue
@@ -137,18 +171,22 @@ def render(report: dict[str, Any]) -> str:
         worst = max(done, key=lambda n: done[n]["relative_error"] / done[n]["tolerance"])
         checks = " ".join(n if c["ok"] else f"{n}:WRONG" for n, c in done.items())
         skipped = [n for n in g["matmul"] if n not in done]
-        lines.append(f"{head}  matmul {checks}"
-                     + (f" (no {', '.join(skipped)} on this GPU)" if skipped else "")
-                     + f"  worst error {done[worst]['relative_error']:.1e} ({worst})  {'PASS' if g['ok'] else 'FAIL'}")
+        lines.append(
+            f"{head}  matmul {checks}"
+            + (f" (no {', '.join(skipped)} on this GPU)" if skipped else "")
+            + f"  worst error {done[worst]['relative_error']:.1e} ({worst})  {'PASS' if g['ok'] else 'FAIL'}"
+        )
     ar = report["all_reduce"]
     if ar is not None:
         head = f"all-reduce across {ar['world_size']} GPUs"
         if ar["nccl_version"]:
             head += f" (NCCL {ar['nccl_version']})"
         if ar["ok"]:
-            lines.append(f"{head}: {format_bytes(ar['size_bytes'])} in {ar['seconds'] * 1e3:.3f} ms: "
-                         f"algorithm bandwidth {ar['algorithm_bandwidth_gbps']:.1f} GB/s, "
-                         f"bus bandwidth {ar['bus_bandwidth_gbps']:.1f} GB/s")
+            lines.append(
+                f"{head}: {format_bytes(ar['size_bytes'])} in {ar['seconds'] * 1e3:.3f} ms: "
+                f"algorithm bandwidth {ar['algorithm_bandwidth_gbps']:.1f} GB/s, "
+                f"bus bandwidth {ar['bus_bandwidth_gbps']:.1f} GB/s"
+            )
         else:
             lines.append(f"{head}: FAIL  {ar['error']}")
     elif len(report["gpus"]) == 1:
@@ -163,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
     reason = no_gpu_reason()
     if reason is not None:
         if args.json:
-            print_json({"ok": False, "verdict": reason, "torch": None, "cuda": None, "gpus": [], "all_reduce": None})
+            print_json(
+                {"ok": False, "verdict": reason, "torch": None, "cuda": None, "gpus": [], "all_reduce": None}
+            )
             return EXIT_NO_GPU
         raise CliError(f"preflight cannot run: {reason}. Run `jupyter gpu doctor` for the fix.", EXIT_NO_GPU)
     import torch
@@ -173,11 +213,18 @@ def run(args: argparse.Namespace) -> int:
     if len(gpus) > 1 and not args.no_allreduce:
         from .allreduce import measure
 
-        all_reduce = measure(len(gpus), size_bytes=args.size_mib * 2**20, iterations=args.iters,
-                             timeout_s=args.timeout).to_dict()
+        all_reduce = measure(
+            len(gpus), size_bytes=args.size_mib * 2**20, iterations=args.iters, timeout_s=args.timeout
+        ).to_dict()
     ok, text = verdict(gpus, all_reduce, args.min_busbw)
-    report = {"ok": ok, "verdict": text, "torch": torch.__version__, "cuda": torch.version.cuda,
-              "gpus": gpus, "all_reduce": all_reduce}
+    report = {
+        "ok": ok,
+        "verdict": text,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpus": gpus,
+        "all_reduce": all_reduce,
+    }
     if args.json:
         print_json(report)
     else:

@@ -4,6 +4,7 @@ A server knows what NVML alone cannot: which kernel, and so which notebook, a GP
 belongs to. Requests go through ``jupyter_gpu.client`` (no proxy, no redirect, bounded replies);
 this module turns its failures into one line with the fix.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -20,11 +21,15 @@ def get(server: Server, route: str, timeout: float = TIMEOUT) -> dict[str, Any]:
         return server.get("api/gpu/" + route, timeout=timeout)
     except ServerError as error:
         if error.status in (401, 403):
-            raise CliError(f"{server.url} refused the request (HTTP {error.status}): pass the server's token "
-                           "with --token (the ?token= part of the URL it printed), or set JUPYTER_TOKEN") from None
+            raise CliError(
+                f"{server.url} refused the request (HTTP {error.status}): pass the server's token "
+                "with --token (the ?token= part of the URL it printed), or set JUPYTER_TOKEN"
+            ) from None
         if error.status == 404:
-            raise CliError(f"{server.url} has no jupyter_gpu API (HTTP 404): enable the server extension "
-                           "(`jupyter server extension enable jupyter_gpu`) and restart the server") from None
+            raise CliError(
+                f"{server.url} has no jupyter_gpu API (HTTP 404): enable the server extension "
+                "(`jupyter server extension enable jupyter_gpu`) and restart the server"
+            ) from None
         raise CliError(str(error)) from None
 
 
@@ -33,7 +38,9 @@ def server_from_url(url: str, token: str | None) -> Server:
     try:
         return server_at(url, token)
     except ValueError:
-        raise CliError(f"--url {url!r}: give the server's address, e.g. http://127.0.0.1:8888/", EXIT_USAGE) from None
+        raise CliError(
+            f"--url {url!r}: give the server's address, e.g. http://127.0.0.1:8888/", EXIT_USAGE
+        ) from None
 
 
 def find_server() -> tuple[Server | None, list[str]]:

@@ -4,6 +4,7 @@ With a Jupyter server (``--url``, or one found running here) the figures come fr
 sampler and every GPU process is joined to the kernel and notebook that owns it; without one
 they come from NVML directly and processes are named by command line. Never imports torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,17 @@ from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, pr
 from .server import Server, find_server, get, server_from_url
 
 GPU_FIELDS = (
-    "index", "uuid", "name", "state", "error", "utilization_gpu_percent", "memory_used_bytes",
-    "memory_total_bytes", "temperature_celsius", "power_watts", "power_limit_watts",
+    "index",
+    "uuid",
+    "name",
+    "state",
+    "error",
+    "utilization_gpu_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_celsius",
+    "power_watts",
+    "power_limit_watts",
 )
 
 
@@ -28,7 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description="A table like nvidia-smi's. With a Jupyter server (--url, or one found running "
         "on this machine) every GPU process is shown with the notebook whose kernel owns it.",
     )
-    p.add_argument("--url", help="a Jupyter server's URL, base_url included (default: look for a running one)")
+    p.add_argument(
+        "--url", help="a Jupyter server's URL, base_url included (default: look for a running one)"
+    )
     p.add_argument("--token", default=None, help="that server's token (default: $JUPYTER_TOKEN)")
     p.add_argument("--no-server", action="store_true", help="read NVML here; do not ask a Jupyter server")
     p.add_argument("--json", action="store_true", help="print JSON, for scripts")
@@ -50,8 +62,13 @@ def from_nvml() -> dict[str, Any]:
                 info, _ = reader.device_info(index)
                 values, _ = reader.fast(index)
             except GpuLost as error:
-                status["gpus"].append({"index": index, "state": "lost",
-                                       "error": f"stopped answering ({error}): it needs a reset or a reboot"})
+                status["gpus"].append(
+                    {
+                        "index": index,
+                        "state": "lost",
+                        "error": f"stopped answering ({error}): it needs a reset or a reboot",
+                    }
+                )
                 continue
             status["gpus"].append({**info, **values, "state": "ok", "error": None})
             for proc in values.get("processes") or ():
@@ -83,20 +100,28 @@ def from_server(server: Server) -> dict[str, Any]:
     status["kernels"] = []
     for kernel in kernels.get("kernels") or []:
         allocator = kernel.get("allocator")
-        status["kernels"].append({
-            "id": kernel.get("id"),
-            "notebook": kernel.get("path"),
-            "pid": kernel.get("pid"),
-            "execution_state": kernel.get("execution_state"),
-            "gpu_memory": [{"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
-                           for r in kernel.get("gpu_memory") or []],
-            # null: the kernel did not load jupyter_gpu, so it reports no allocator figures
-            "allocator": {
-                "cuda_in_use": bool(allocator.get("cuda_in_use")),
-                "devices": [{k: d.get(k) for k in ("index", "allocated_bytes", "reserved_bytes")}
-                            for d in allocator.get("devices") or []],
-            } if isinstance(allocator, dict) else None,
-        })
+        status["kernels"].append(
+            {
+                "id": kernel.get("id"),
+                "notebook": kernel.get("path"),
+                "pid": kernel.get("pid"),
+                "execution_state": kernel.get("execution_state"),
+                "gpu_memory": [
+                    {"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
+                    for r in kernel.get("gpu_memory") or []
+                ],
+                # null: the kernel did not load jupyter_gpu, so it reports no allocator figures
+                "allocator": {
+                    "cuda_in_use": bool(allocator.get("cuda_in_use")),
+                    "devices": [
+                        {k: d.get(k) for k in ("index", "allocated_bytes", "reserved_bytes")}
+                        for d in allocator.get("devices") or []
+                    ],
+                }
+                if isinstance(allocator, dict)
+                else None,
+            }
+        )
         for row in kernel.get("gpu_memory") or []:
             for pid in row.get("pids") or []:
                 owner[(row.get("gpu_index"), pid)] = kernel
@@ -108,10 +133,14 @@ def from_server(server: Server) -> dict[str, Any]:
             key = (index, proc.get("pid"))
             if key in owner:
                 kernel = owner[key]
-                status["processes"].append(_process(index, proc, kernel_id=kernel.get("id"), notebook=kernel.get("path")))
+                status["processes"].append(
+                    _process(index, proc, kernel_id=kernel.get("id"), notebook=kernel.get("path"))
+                )
             elif key in others:  # absent from both: another user's, counted in hidden_processes
                 other = others[key]
-                status["processes"].append(_process(index, proc, command=other.get("command"), user=other.get("user")))
+                status["processes"].append(
+                    _process(index, proc, command=other.get("command"), user=other.get("user"))
+                )
     status["hidden_processes"] = kernels.get("hidden_processes")
     status["available"] = True
     return status
@@ -132,10 +161,24 @@ def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
     }
 
 
-def _process(index: int, proc: dict[str, Any], *, kernel_id: str | None = None, notebook: str | None = None,
-             command: str | None = None, user: str | None = None) -> dict[str, Any]:
-    return {"gpu_index": index, "pid": proc.get("pid"), "used_memory_bytes": proc.get("used_memory_bytes"),
-            "kernel_id": kernel_id, "notebook": notebook, "command": command, "user": user}
+def _process(
+    index: int,
+    proc: dict[str, Any],
+    *,
+    kernel_id: str | None = None,
+    notebook: str | None = None,
+    command: str | None = None,
+    user: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "gpu_index": index,
+        "pid": proc.get("pid"),
+        "used_memory_bytes": proc.get("used_memory_bytes"),
+        "kernel_id": kernel_id,
+        "notebook": notebook,
+        "command": command,
+        "user": user,
+    }
 
 
 # -- text --------------------------------------------------------------------------------------
@@ -147,7 +190,14 @@ def _value(value: Any, unit: str) -> str:
 
 def _gpu_row(gpu: dict[str, Any]) -> list[str]:
     if gpu["state"] != "ok":
-        return [str(gpu["index"]), gpu.get("name") or "", gpu["state"].upper(), gpu.get("error") or "", "", ""]
+        return [
+            str(gpu["index"]),
+            gpu.get("name") or "",
+            gpu["state"].upper(),
+            gpu.get("error") or "",
+            "",
+            "",
+        ]
     used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
     share = f" ({used / total:.0%})" if used is not None and total else ""
     limit = gpu.get("power_limit_watts")
@@ -171,19 +221,29 @@ def _owner(proc: dict[str, Any]) -> str:
 
 
 def _kernel_row(kernel: dict[str, Any]) -> list[str]:
-    held = ", ".join(f"{format_bytes(r['used_memory_bytes'])} on GPU {r['gpu_index']}" for r in kernel["gpu_memory"])
+    held = ", ".join(
+        f"{format_bytes(r['used_memory_bytes'])} on GPU {r['gpu_index']}" for r in kernel["gpu_memory"]
+    )
     report = kernel["allocator"]
     if report is None:
         allocator = "not reported (%load_ext jupyter_gpu in it)"
     elif not report["cuda_in_use"]:
         allocator = "no CUDA in use"
     else:
-        allocator = "; ".join(
-            f"GPU {d['index']}: {format_bytes(d['allocated_bytes'])} / {format_bytes(d['reserved_bytes'])}"
-            for d in report["devices"]
-        ) or "nothing allocated"
-    return [kernel["notebook"] or "(no notebook)", (kernel["id"] or "")[:8], kernel["execution_state"] or "",
-            held or "none", allocator]
+        allocator = (
+            "; ".join(
+                f"GPU {d['index']}: {format_bytes(d['allocated_bytes'])} / {format_bytes(d['reserved_bytes'])}"
+                for d in report["devices"]
+            )
+            or "nothing allocated"
+        )
+    return [
+        kernel["notebook"] or "(no notebook)",
+        (kernel["id"] or "")[:8],
+        kernel["execution_state"] or "",
+        held or "none",
+        allocator,
+    ]
 
 
 def render(status: dict[str, Any]) -> str:
@@ -195,23 +255,36 @@ def render(status: dict[str, Any]) -> str:
         return f"No GPU ({where}): {status['reason']}"
     driver = f"driver {status['driver_version']}, CUDA {status['cuda_driver_version']}"
     lines = [f"GPUs {where}; {driver}", ""]
-    lines += format_table(["GPU", "Name", "Util", "Memory used / total", "Temp", "Power / limit"],
-                          [_gpu_row(g) for g in status["gpus"]], [True, False, True, True, True, True])
+    lines += format_table(
+        ["GPU", "Name", "Util", "Memory used / total", "Temp", "Power / limit"],
+        [_gpu_row(g) for g in status["gpus"]],
+        [True, False, True, True, True, True],
+    )
     lines += ["", "Processes"]
     if status["processes"]:
-        lines += format_table(["GPU", "PID", "Memory", "Notebook or command"],
-                              [[str(p["gpu_index"]), str(p["pid"]), format_bytes(p["used_memory_bytes"]), _owner(p)]
-                               for p in status["processes"]], [True, True, True, False])
+        lines += format_table(
+            ["GPU", "PID", "Memory", "Notebook or command"],
+            [
+                [str(p["gpu_index"]), str(p["pid"]), format_bytes(p["used_memory_bytes"]), _owner(p)]
+                for p in status["processes"]
+            ],
+            [True, True, True, False],
+        )
     else:
         lines.append("none")
     if status["hidden_processes"]:
-        lines.append(f"(+{status['hidden_processes']} process(es) of other users, not shown: "
-                     "c.GPUMonitor.show_all_users = True shows them)")
+        lines.append(
+            f"(+{status['hidden_processes']} process(es) of other users, not shown: "
+            "c.GPUMonitor.show_all_users = True shows them)"
+        )
     if status["kernels"] is not None:
         lines += ["", "Notebooks"]
         if status["kernels"]:
-            lines += format_table(["Notebook", "Kernel", "State", "GPU memory", "PyTorch allocated / reserved"],
-                                  [_kernel_row(k) for k in status["kernels"]], [False] * 5)
+            lines += format_table(
+                ["Notebook", "Kernel", "State", "GPU memory", "PyTorch allocated / reserved"],
+                [_kernel_row(k) for k in status["kernels"]],
+                [False] * 5,
+            )
         else:
             lines.append("no kernels running")
     else:
@@ -225,8 +298,10 @@ def _checked(server: Server) -> dict[str, Any]:
     try:
         return from_server(server)
     except (AttributeError, TypeError, ValueError) as error:
-        raise CliError(f"{server.url} answered in a shape this jupyter gpu does not know ({error}): "
-                       "is it a jupyter_gpu server of the same version?") from None
+        raise CliError(
+            f"{server.url} answered in a shape this jupyter gpu does not know ({error}): "
+            "is it a jupyter_gpu server of the same version?"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

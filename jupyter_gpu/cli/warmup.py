@@ -3,6 +3,7 @@
 Each process warms only itself, so this is not a warm-up for notebooks: it shows instructors
 what the first steps cost on each GPU and that every library loads (cuBLAS, cuDNN, attention).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default="all", help="GPU indices such as 0,1 (default: all)")
     p.add_argument("--nccl", action="store_true", help="also start an NCCL communicator per GPU")
     p.add_argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
-    p.add_argument("--json", action="store_true", help="print JSON (per GPU: each step's milliseconds and error)")
+    p.add_argument(
+        "--json", action="store_true", help="print JSON (per GPU: each step's milliseconds and error)"
+    )
     p.set_defaults(run=run)
 
 
@@ -44,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"nothing to warm. {reason}. Run `jupyter gpu doctor` for the fix.", EXIT_NO_GPU)
     import torch
 
-    report = warm_up(devices_option(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile)
+    report = warm_up(
+        devices_option(args.devices, torch.cuda.device_count()), nccl=args.nccl, compile=args.compile
+    )
     failed = any(step.error for section in report.sections for step in section.steps)
     if args.json:
         print_json({"ok": not failed, "reason": None, **dataclasses.asdict(report)})

@@ -5,9 +5,11 @@ by the warm-up and preflight when there is nothing to warm, and by anything else
 one-line verdict (the server may call it too). Importing this package imports neither torch nor
 IPython, nor pynvml (whose absence is one of its findings).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .checks import Check, Status
 from .diagnosis import Diagnosis, evaluate

@@ -4,13 +4,14 @@ Order matters: it is the order of the checklist, and the first failing check, re
 top, becomes the report's verdict, so the root causes (no torch, no driver, a CPU-only build)
 come before their consequences (``is_available()`` is False).
 """
+
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Iterable
 
 from ..analysis.units import format_bytes
 from ..nvml.reasons import problem_of_kind
@@ -107,7 +108,7 @@ def _cuda_text(version: tuple[int, int] | None) -> str:
 
 
 def count_names(names: Iterable[str | None]) -> str:
-    """"2× NVIDIA H200" rather than the same name twice."""
+    """ "2× NVIDIA H200" rather than the same name twice."""
     counts = Counter(n or "unnamed GPU" for n in names)
     return ", ".join(f"{c}× {n}" if c > 1 else n for n, c in counts.items())
 
@@ -131,14 +132,29 @@ def check_torch(f: Facts) -> Check:
     t = f.torch
     where = t.executable or "this kernel's Python"
     if t.installed is None:
-        return Check("torch", "PyTorch", Status.WARN, f"could not ask torch: {t.runtime_error}",
-                     fix="Run `python -c 'import torch'` in this environment to see the error.")
+        return Check(
+            "torch",
+            "PyTorch",
+            Status.WARN,
+            f"could not ask torch: {t.runtime_error}",
+            fix="Run `python -c 'import torch'` in this environment to see the error.",
+        )
     if not t.installed:
-        return Check("torch", "PyTorch", Status.FAIL, f"torch is not installed for {where}",
-                     fix=_reinstall_fix(f, "Install it: "))
+        return Check(
+            "torch",
+            "PyTorch",
+            Status.FAIL,
+            f"torch is not installed for {where}",
+            fix=_reinstall_fix(f, "Install it: "),
+        )
     if t.import_error:
-        return Check("torch", "PyTorch", Status.FAIL, f"`import torch` fails: {t.import_error}",
-                     fix=_reinstall_fix(f, "Reinstall it: "))
+        return Check(
+            "torch",
+            "PyTorch",
+            Status.FAIL,
+            f"`import torch` fails: {t.import_error}",
+            fix=_reinstall_fix(f, "Reinstall it: "),
+        )
     return Check("torch", "PyTorch", Status.OK, f"torch {t.version} ({where})")
 
 
@@ -157,18 +173,31 @@ def check_driver(f: Facts) -> Check:
     if n.error_kind in ("missing_bindings", "library_not_found") and (module or f.dev_nodes):
         seen = f"kernel module {module} is loaded" if module else f"/dev/{f.dev_nodes[0]} exists"
         if n.error_kind == "missing_bindings":
-            return Check("driver", title, Status.WARN,
-                         f"{seen}, but nvidia-ml-py is missing, so the GPUs cannot be read without CUDA",
-                         fix="`pip install nvidia-ml-py`")
-        return Check("driver", title, Status.FAIL,
-                     f"{seen}, but the driver's libraries (libnvidia-ml.so.1, libcuda.so.1) are missing here",
-                     fix="In a container, start it through the NVIDIA Container Toolkit (`docker run "
-                         "--gpus all`), which mounts the driver's libraries; on the host, reinstall the "
-                         "driver's user-space package of the same version as the kernel module.")
+            return Check(
+                "driver",
+                title,
+                Status.WARN,
+                f"{seen}, but nvidia-ml-py is missing, so the GPUs cannot be read without CUDA",
+                fix="`pip install nvidia-ml-py`",
+            )
+        return Check(
+            "driver",
+            title,
+            Status.FAIL,
+            f"{seen}, but the driver's libraries (libnvidia-ml.so.1, libcuda.so.1) are missing here",
+            fix="In a container, start it through the NVIDIA Container Toolkit (`docker run "
+            "--gpus all`), which mounts the driver's libraries; on the host, reinstall the "
+            "driver's user-space package of the same version as the kernel module.",
+        )
     if n.error_kind == "missing_bindings":  # no bindings, and no trace of a driver either
-        return Check("driver", title, Status.FAIL,
-                     "no NVIDIA driver or GPU in this environment: no nvidia kernel module, no /dev/nvidia*",
-                     fix=problem_of_kind("library_not_found", "").fix, detail=n.error)
+        return Check(
+            "driver",
+            title,
+            Status.FAIL,
+            "no NVIDIA driver or GPU in this environment: no nvidia kernel module, no /dev/nvidia*",
+            fix=problem_of_kind("library_not_found", "").fix,
+            detail=n.error,
+        )
     problem = problem_of_kind(n.error_kind, n.error or "")
     return Check("driver", title, Status.FAIL, problem.summary, fix=problem.fix, detail=n.error)
 
@@ -178,17 +207,29 @@ def check_build(f: Facts) -> Check | None:
     if not t.installed or t.import_error:
         return None
     if t.hip:
-        return Check("build", "torch CUDA build", Status.INFO,
-                     f"torch {t.version} is a ROCm build (HIP {t.hip}); these checks are for NVIDIA GPUs")
+        return Check(
+            "build",
+            "torch CUDA build",
+            Status.INFO,
+            f"torch {t.version} is a ROCm build (HIP {t.hip}); these checks are for NVIDIA GPUs",
+        )
     if t.cuda:
         return Check("build", "torch CUDA build", Status.OK, f"torch {t.version} is built for CUDA {t.cuda}")
     if _driver_ok(f):
-        return Check("build", "torch CUDA build", Status.FAIL,
-                     f"torch {t.version} is a CPU-only build (torch.version.cuda is None)",
-                     fix=_reinstall_fix(f, "Install a CUDA build: "))
-    return Check("build", "torch CUDA build", Status.WARN,
-                 f"torch {t.version} is a CPU-only build: even with a GPU it would not use it",
-                 fix=_reinstall_fix(f, "Once a GPU is available, install a CUDA build: "))
+        return Check(
+            "build",
+            "torch CUDA build",
+            Status.FAIL,
+            f"torch {t.version} is a CPU-only build (torch.version.cuda is None)",
+            fix=_reinstall_fix(f, "Install a CUDA build: "),
+        )
+    return Check(
+        "build",
+        "torch CUDA build",
+        Status.WARN,
+        f"torch {t.version} is a CPU-only build: even with a GPU it would not use it",
+        fix=_reinstall_fix(f, "Once a GPU is available, install a CUDA build: "),
+    )
 
 
 def _too_old_warning(t: TorchInfo) -> str | None:
@@ -210,16 +251,26 @@ def check_driver_cuda(f: Facts) -> Check | None:
         other = ""
         if build and _build_cuda(build) < needed:
             other = f", or install the torch build for your driver: `{pip_install(t.version, f.distributions, build)}`"
-        return Check("driver_cuda", title, Status.FAIL,
-                     f"{driver} is too old for torch {t.version}, built for CUDA {t.cuda}",
-                     fix=f"Upgrade the NVIDIA driver to {minimum} or newer{other}.", detail=too_old)
+        return Check(
+            "driver_cuda",
+            title,
+            Status.FAIL,
+            f"{driver} is too old for torch {t.version}, built for CUDA {t.cuda}",
+            fix=f"Upgrade the NVIDIA driver to {minimum} or newer{other}.",
+            detail=too_old,
+        )
     if have is not None and have < needed:
-        return Check("driver_cuda", title, Status.INFO,
-                     f"driver CUDA {_cuda_text(have)} < torch's CUDA {t.cuda}: runs through CUDA minor-version "
-                     f"compatibility (any driver ≥ {MIN_DRIVER.get(needed[0], '?')})",
-                     detail="Code that needs JIT compilation of newer PTX may still fail; a newer driver avoids that.")
-    return Check("driver_cuda", title, Status.OK,
-                 f"driver supports CUDA {_cuda_text(have)}; torch needs {t.cuda}")
+        return Check(
+            "driver_cuda",
+            title,
+            Status.INFO,
+            f"driver CUDA {_cuda_text(have)} < torch's CUDA {t.cuda}: runs through CUDA minor-version "
+            f"compatibility (any driver ≥ {MIN_DRIVER.get(needed[0], '?')})",
+            detail="Code that needs JIT compilation of newer PTX may still fail; a newer driver avoids that.",
+        )
+    return Check(
+        "driver_cuda", title, Status.OK, f"driver supports CUDA {_cuda_text(have)}; torch needs {t.cuda}"
+    )
 
 
 def _uuids(devices: list[NvmlDevice]) -> list[str | None]:
@@ -232,18 +283,34 @@ def check_visible_devices(f: Facts) -> Check | None:
     if value is None:
         if not _driver_ok(f):
             return None
-        return Check("visible_devices", title, Status.OK, f"unset: all {len(f.nvml.devices)} GPUs are visible")
+        return Check(
+            "visible_devices", title, Status.OK, f"unset: all {len(f.nvml.devices)} GPUs are visible"
+        )
     if not value.strip():
-        return Check("visible_devices", title, Status.FAIL,
-                     "CUDA_VISIBLE_DEVICES is set to an empty string, so CUDA sees no GPU", fix=VISIBLE_FIX)
+        return Check(
+            "visible_devices",
+            title,
+            Status.FAIL,
+            "CUDA_VISIBLE_DEVICES is set to an empty string, so CUDA sees no GPU",
+            fix=VISIBLE_FIX,
+        )
     used, problem = parse_visible_devices(value, _uuids(f.nvml.devices) if _driver_ok(f) else None)
     if not used:
-        return Check("visible_devices", title, Status.FAIL,
-                     f"CUDA_VISIBLE_DEVICES={value!r} selects no GPU: {problem}", fix=VISIBLE_FIX)
+        return Check(
+            "visible_devices",
+            title,
+            Status.FAIL,
+            f"CUDA_VISIBLE_DEVICES={value!r} selects no GPU: {problem}",
+            fix=VISIBLE_FIX,
+        )
     if problem:
-        return Check("visible_devices", title, Status.WARN,
-                     f"CUDA_VISIBLE_DEVICES={value!r}: CUDA uses only {','.join(used)}, because {problem}",
-                     fix=VISIBLE_FIX)
+        return Check(
+            "visible_devices",
+            title,
+            Status.WARN,
+            f"CUDA_VISIBLE_DEVICES={value!r}: CUDA uses only {','.join(used)}, because {problem}",
+            fix=VISIBLE_FIX,
+        )
     return Check("visible_devices", title, Status.OK, f"CUDA_VISIBLE_DEVICES={value}: {len(used)} selected")
 
 
@@ -253,11 +320,15 @@ def _arch_entry(entry: str) -> tuple[str, tuple[int, int], str] | None:
 
 
 def arch_support(capability: tuple[int, int], arch_list: list[str]) -> str:
-    """"native" (compiled code runs), "ptx" (JIT-compiled at first use) or "none"."""
+    """ "native" (compiled code runs), "ptx" (JIT-compiled at first use) or "none"."""
     entries = [e for e in map(_arch_entry, arch_list) if e]
     for kind, (major, minor), suffix in entries:
         exact_only = suffix == "a"  # sm_90a code runs on sm_90 only
-        if kind == "sm" and major == capability[0] and (minor == capability[1] or (minor < capability[1] and not exact_only)):
+        if (
+            kind == "sm"
+            and major == capability[0]
+            and (minor == capability[1] or (minor < capability[1] and not exact_only))
+        ):
             return "native"
     if any(kind == "compute" and cap <= capability for kind, cap, _ in entries):
         return "ptx"
@@ -273,7 +344,9 @@ def _visible_gpus(f: Facts) -> list[tuple[str, tuple[int, int]]]:
     if value is not None:
         used, _ = parse_visible_devices(value, _uuids(devices))
         indices = {int(t) for t in used if t.isdigit()}
-        devices = [d for d in devices if d.index in indices or any(d.uuid and d.uuid.startswith(t) for t in used)]
+        devices = [
+            d for d in devices if d.index in indices or any(d.uuid and d.uuid.startswith(t) for t in used)
+        ]
     return [(d.name or "GPU", d.capability) for d in devices if d.capability]
 
 
@@ -293,14 +366,28 @@ def check_arch(f: Facts) -> Check | None:
         if cap > newest:
             fix = _reinstall_fix(f, "Newer GPUs need a build with a newer CUDA: ")
         else:
-            fix = (f"torch {t.version} dropped {sm}: install an older torch release that still lists it "
-                   "(https://pytorch.org/get-started/previous-versions/).")
+            fix = (
+                f"torch {t.version} dropped {sm}: install an older torch release that still lists it "
+                "(https://pytorch.org/get-started/previous-versions/)."
+            )
         if how == "ptx":
-            return Check("arch", title, Status.WARN,
-                         f"{name} ({sm}) has no compiled code in torch {t.version}; CUDA JIT-compiles PTX at "
-                         "first use (minutes)", fix=fix, detail=f"built for: {built}")
-        return Check("arch", title, Status.FAIL,
-                     f"{name} ({sm}) is not supported by torch {t.version}", fix=fix, detail=f"built for: {built}")
+            return Check(
+                "arch",
+                title,
+                Status.WARN,
+                f"{name} ({sm}) has no compiled code in torch {t.version}; CUDA JIT-compiles PTX at "
+                "first use (minutes)",
+                fix=fix,
+                detail=f"built for: {built}",
+            )
+        return Check(
+            "arch",
+            title,
+            Status.FAIL,
+            f"{name} ({sm}) is not supported by torch {t.version}",
+            fix=fix,
+            detail=f"built for: {built}",
+        )
     sms = ", ".join(sorted({f"sm_{c[0]}{c[1]}" for _, c, _ in support}))
     return Check("arch", title, Status.OK, f"{sms} is in torch's build", detail=f"built for: {built}")
 
@@ -317,9 +404,16 @@ def check_cuda(f: Facts) -> Check | None:
         return None
     title = "torch.cuda.is_available()"
     if not t.runtime_probed:
-        return Check("cuda", title, Status.WARN, f"could not ask torch whether CUDA works: {t.runtime_error}",
-                     fix="Run `python -c 'import torch; print(torch.cuda.is_available())'` to see the error.")
-    where = "this kernel" if t.source == "kernel" else "a separate process (CUDA is not started in this kernel)"
+        return Check(
+            "cuda",
+            title,
+            Status.WARN,
+            f"could not ask torch whether CUDA works: {t.runtime_error}",
+            fix="Run `python -c 'import torch; print(torch.cuda.is_available())'` to see the error.",
+        )
+    where = (
+        "this kernel" if t.source == "kernel" else "a separate process (CUDA is not started in this kernel)"
+    )
     if t.available:
         names = count_names(d["name"] for d in t.devices)
         return Check("cuda", title, Status.OK, f"True: {names}", detail=f"asked in {where}")
@@ -330,8 +424,14 @@ def check_cuda(f: Facts) -> Check | None:
     fix = "Run `nvidia-smi`; fix what it reports, then restart the kernel."
     if any("CUDA_VISIBLE_DEVICES after program start" in m for m in t.init_warnings):
         fix = "Restart the kernel, and set CUDA_VISIBLE_DEVICES before the first CUDA call."
-    return Check("cuda", title, Status.FAIL, f"False: {reason}", fix=fix,
-                 detail="\n".join(t.init_warnings + [f"asked in {where}"]))
+    return Check(
+        "cuda",
+        title,
+        Status.FAIL,
+        f"False: {reason}",
+        fix=fix,
+        detail="\n".join(t.init_warnings + [f"asked in {where}"]),
+    )
 
 
 def check_ecc(f: Facts) -> Check | None:
@@ -345,11 +445,15 @@ def check_ecc(f: Facts) -> Check | None:
     if not bad:
         return Check("ecc", title, Status.OK, "none since the driver loaded")
     d = bad[0]
-    return Check("ecc", title, Status.FAIL,
-                 f"GPU {d.index} ({d.name}): {d.ecc_uncorrected} uncorrected ECC errors since the driver loaded",
-                 fix=f"Results on that GPU can be wrong and CUDA may kill contexts on it: use another GPU "
-                     f"(CUDA_VISIBLE_DEVICES) and ask the administrator to check `nvidia-smi -q -d "
-                     f"ECC,PAGE_RETIREMENT,ROW_REMAPPER` and reset it (`nvidia-smi -r -i {d.index}`).")
+    return Check(
+        "ecc",
+        title,
+        Status.FAIL,
+        f"GPU {d.index} ({d.name}): {d.ecc_uncorrected} uncorrected ECC errors since the driver loaded",
+        fix=f"Results on that GPU can be wrong and CUDA may kill contexts on it: use another GPU "
+        f"(CUDA_VISIBLE_DEVICES) and ask the administrator to check `nvidia-smi -q -d "
+        f"ECC,PAGE_RETIREMENT,ROW_REMAPPER` and reset it (`nvidia-smi -r -i {d.index}`).",
+    )
 
 
 def check_mig(f: Facts) -> Check | None:
@@ -359,14 +463,23 @@ def check_mig(f: Facts) -> Check | None:
     pending = [d for d in f.nvml.devices if d.mig_pending is not None and d.mig_pending != d.mig_current]
     if pending:
         d = pending[0]
-        return Check("mig", title, Status.WARN, f"GPU {d.index}: a MIG mode change is pending",
-                     fix=f"It takes effect after a GPU reset (`nvidia-smi -r -i {d.index}`) or a reboot.")
+        return Check(
+            "mig",
+            title,
+            Status.WARN,
+            f"GPU {d.index}: a MIG mode change is pending",
+            fix=f"It takes effect after a GPU reset (`nvidia-smi -r -i {d.index}`) or a reboot.",
+        )
     on = [str(d.index) for d in f.nvml.devices if d.mig_current]
     if on:
-        return Check("mig", title, Status.INFO,
-                     f"on for GPU {', '.join(on)}: a process uses one MIG instance, and NVML reports no "
-                     "utilisation for it",
-                     fix="Select an instance with CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` lists them).")
+        return Check(
+            "mig",
+            title,
+            Status.INFO,
+            f"on for GPU {', '.join(on)}: a process uses one MIG instance, and NVML reports no "
+            "utilisation for it",
+            fix="Select an instance with CUDA_VISIBLE_DEVICES=MIG-<uuid> (`nvidia-smi -L` lists them).",
+        )
     if all(d.mig_current is None for d in f.nvml.devices):
         return None
     return Check("mig", title, Status.OK, "off")
@@ -378,15 +491,28 @@ def check_cudnn(f: Facts) -> Check | None:
         return None
     title = "cuDNN"
     if t.cudnn_error:
-        return Check("cudnn", title, Status.FAIL, f"cuDNN cannot be used: {_first_sentence(t.cudnn_error)}",
-                     fix="Another libcudnn is probably loaded first (check LD_LIBRARY_PATH); reinstalling torch "
-                         "brings back the cuDNN it pins.", detail=t.cudnn_error)
+        return Check(
+            "cudnn",
+            title,
+            Status.FAIL,
+            f"cuDNN cannot be used: {_first_sentence(t.cudnn_error)}",
+            fix="Another libcudnn is probably loaded first (check LD_LIBRARY_PATH); reinstalling torch "
+            "brings back the cuDNN it pins.",
+            detail=t.cudnn_error,
+        )
     if not t.cudnn_available or not t.cudnn_version:
-        return Check("cudnn", title, Status.WARN, "not available: convolutions use slower fallback kernels",
-                     fix=_reinstall_fix(f, "Official Linux CUDA builds ship cuDNN: "))
+        return Check(
+            "cudnn",
+            title,
+            Status.WARN,
+            "not available: convolutions use slower fallback kernels",
+            fix=_reinstall_fix(f, "Official Linux CUDA builds ship cuDNN: "),
+        )
     v = t.cudnn_version
     major, rest = (v // 10000, v % 10000) if v >= 90000 else (v // 1000, v % 1000)
-    return Check("cudnn", title, Status.OK, f"cuDNN {major}.{rest // 100}.{rest % 100} (the one torch loaded)")
+    return Check(
+        "cudnn", title, Status.OK, f"cuDNN {major}.{rest // 100}.{rest % 100} (the one torch loaded)"
+    )
 
 
 def check_nccl(f: Facts) -> Check | None:
@@ -397,8 +523,13 @@ def check_nccl(f: Facts) -> Check | None:
     if t.nccl_available:
         return Check("nccl", title, Status.OK, f"NCCL {t.nccl_version}")
     what = "torch.distributed is not available" if not t.distributed_available else "no NCCL in this build"
-    return Check("nccl", title, Status.WARN, f"{what}: multi-GPU training falls back to gloo (slow)",
-                 fix=_reinstall_fix(f, "Official Linux CUDA builds include NCCL: "))
+    return Check(
+        "nccl",
+        title,
+        Status.WARN,
+        f"{what}: multi-GPU training falls back to gloo (slow)",
+        fix=_reinstall_fix(f, "Official Linux CUDA builds include NCCL: "),
+    )
 
 
 def check_tf32(f: Facts) -> Check | None:
@@ -406,25 +537,39 @@ def check_tf32(f: Facts) -> Check | None:
     if not _cuda_build(f) or t.matmul_precision is None:
         return None
     matmul_on = t.matmul_precision != "highest"
-    summary = (f"fp32 matmuls: precision '{t.matmul_precision}' (TF32 {'on' if matmul_on else 'off'}); "
-               f"cuDNN convolutions: TF32 {'on' if t.cudnn_allow_tf32 else 'off'}")
+    summary = (
+        f"fp32 matmuls: precision '{t.matmul_precision}' (TF32 {'on' if matmul_on else 'off'}); "
+        f"cuDNN convolutions: TF32 {'on' if t.cudnn_allow_tf32 else 'off'}"
+    )
     ampere = any(cap >= (8, 0) for _, cap in _visible_gpus(f))
     fix = None
     if ampere and not matmul_on:
-        fix = ("For faster fp32 training on these GPUs: `torch.set_float32_matmul_precision('high')` "
-               "(TF32 keeps a 10-bit mantissa), or `%%amp --tf32 on` for one cell.")
+        fix = (
+            "For faster fp32 training on these GPUs: `torch.set_float32_matmul_precision('high')` "
+            "(TF32 keeps a 10-bit mantissa), or `%%amp --tf32 on` for one cell."
+        )
     return Check("tf32", "TF32", Status.INFO, summary, fix=fix)
 
 
 _BOOL_OPTIONS = {
-    "expandable_segments", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
-    "release_lock_on_device_malloc", "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
-    "pinned_use_device_host_register", "pinned_use_background_threads", "graph_capture_record_stream_reuse",
+    "expandable_segments",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "release_lock_on_device_malloc",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_use_device_host_register",
+    "pinned_use_background_threads",
+    "graph_capture_record_stream_reuse",
 }
 _MB_OPTIONS = {"max_split_size_mb", "max_non_split_rounding_mb"}
 _OTHER_OPTIONS = {
-    "garbage_collection_threshold", "roundup_power2_divisions", "backend", "pinned_num_register_threads",
-    "pinned_reserve_segment_size_mb", "per_process_memory_fraction",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "backend",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "per_process_memory_fraction",
 }
 
 
@@ -458,7 +603,8 @@ def parse_alloc_conf(text: str) -> tuple[dict[str, str], list[str], list[str]]:
         options[key] = value
         if key in _BOOL_OPTIONS and value not in ("True", "False"):
             (doubts if value.lower() in ("true", "false") else errors).append(
-                f"{key}:{value} must be True or False (capitalised; some torch versions reject other spellings)")
+                f"{key}:{value} must be True or False (capitalised; some torch versions reject other spellings)"
+            )
         elif key in _MB_OPTIONS and not (value.isdigit() and int(value) >= 20):
             errors.append(f"{key}:{value} must be a whole number of MiB, at least 20")
         elif key == "garbage_collection_threshold" and not re.fullmatch(r"0?\.\d*[1-9]\d*", value):
@@ -470,15 +616,21 @@ def parse_alloc_conf(text: str) -> tuple[dict[str, str], list[str], list[str]]:
         ):
             errors.append(f"{key}:{value} must be a power of two")
         elif key not in _BOOL_OPTIONS | _MB_OPTIONS | _OTHER_OPTIONS:
-            doubts.append(f"'{key}' is not an allocator option this check knows; torch stops at unknown ones "
-                          "with 'Unrecognized key'")
+            doubts.append(
+                f"'{key}' is not an allocator option this check knows; torch stops at unknown ones "
+                "with 'Unrecognized key'"
+            )
     if "garbage_collection_threshold" in options and "per_process_memory_fraction" not in options:
-        doubts.append("garbage_collection_threshold only acts when a per-process memory fraction is set "
-                      "(torch.cuda.set_per_process_memory_fraction)")
+        doubts.append(
+            "garbage_collection_threshold only acts when a per-process memory fraction is set "
+            "(torch.cuda.set_per_process_memory_fraction)"
+        )
     native_only = {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"}
     if options.get("backend") == "cudaMallocAsync" and native_only & options.keys():
-        doubts.append("backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and "
-                      "garbage_collection_threshold")
+        doubts.append(
+            "backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and "
+            "garbage_collection_threshold"
+        )
     return options, errors, doubts
 
 
@@ -488,47 +640,82 @@ def check_alloc_conf(f: Facts) -> Check | None:
     title = "Allocator settings"
     values = {k: f.env[k] for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if f.env.get(k)}
     if not values:
-        return Check("alloc_conf", title, Status.OK, "PYTORCH_CUDA_ALLOC_CONF not set: default caching allocator")
+        return Check(
+            "alloc_conf", title, Status.OK, "PYTORCH_CUDA_ALLOC_CONF not set: default caching allocator"
+        )
     fix = "Correct the variable in the kernel's environment, then restart the kernel."
     if len(set(values.values())) > 1:
-        return Check("alloc_conf", title, Status.WARN,
-                     "PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF differ; which one torch reads depends on "
-                     "its version", fix="Keep only one of them, then restart the kernel.")
+        return Check(
+            "alloc_conf",
+            title,
+            Status.WARN,
+            "PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF differ; which one torch reads depends on "
+            "its version",
+            fix="Keep only one of them, then restart the kernel.",
+        )
     name, text = next(iter(values.items()))
     _, errors, doubts = parse_alloc_conf(text)
     if errors:
-        return Check("alloc_conf", title, Status.FAIL, f"{name}={text}: {errors[0]}", fix=fix,
-                     detail="\n".join(errors + doubts))
+        return Check(
+            "alloc_conf",
+            title,
+            Status.FAIL,
+            f"{name}={text}: {errors[0]}",
+            fix=fix,
+            detail="\n".join(errors + doubts),
+        )
     if doubts:
-        return Check("alloc_conf", title, Status.WARN, f"{name}={text}: {doubts[0]}", fix=fix,
-                     detail="\n".join(doubts))
+        return Check(
+            "alloc_conf", title, Status.WARN, f"{name}={text}: {doubts[0]}", fix=fix, detail="\n".join(doubts)
+        )
     return Check("alloc_conf", title, Status.OK, f"{name}={text}")
 
 
 def check_module_loading(f: Facts) -> Check | None:
     if not _cuda_build(f) or f.env.get("CUDA_MODULE_LOADING", "").upper() != "EAGER":
         return None
-    return Check("module_loading", "CUDA_MODULE_LOADING", Status.WARN,
-                 "EAGER loads every CUDA kernel at start-up: seconds more to start, and a context of "
-                 "~900 MiB instead of ~300 MiB",
-                 fix="Unset CUDA_MODULE_LOADING (lazy loading is the default), then restart the kernel.")
+    return Check(
+        "module_loading",
+        "CUDA_MODULE_LOADING",
+        Status.WARN,
+        "EAGER loads every CUDA kernel at start-up: seconds more to start, and a context of "
+        "~900 MiB instead of ~300 MiB",
+        fix="Unset CUDA_MODULE_LOADING (lazy loading is the default), then restart the kernel.",
+    )
 
 
 def check_shm(f: Facts) -> Check:
     title = "/dev/shm"
-    fix = ("Give the container more: `docker run --shm-size=8g` (or `--ipc=host`); on Kubernetes mount an "
-           "emptyDir with `medium: Memory` at /dev/shm. Or use DataLoader(num_workers=0).")
+    fix = (
+        "Give the container more: `docker run --shm-size=8g` (or `--ipc=host`); on Kubernetes mount an "
+        "emptyDir with `medium: Memory` at /dev/shm. Or use DataLoader(num_workers=0)."
+    )
     if f.shm is None:
-        return Check("shm", title, Status.WARN,
-                     "/dev/shm is missing: DataLoader workers (num_workers > 0) pass batches through it", fix=fix)
+        return Check(
+            "shm",
+            title,
+            Status.WARN,
+            "/dev/shm is missing: DataLoader workers (num_workers > 0) pass batches through it",
+            fix=fix,
+        )
     total, free = f.shm.total_bytes, f.shm.free_bytes
     if total < SHM_MIN_BYTES:
-        return Check("shm", title, Status.WARN,
-                     f"/dev/shm is only {format_bytes(total)}: DataLoader workers die with a 'bus error' "
-                     "(insufficient shared memory) once batches outgrow it", fix=fix)
+        return Check(
+            "shm",
+            title,
+            Status.WARN,
+            f"/dev/shm is only {format_bytes(total)}: DataLoader workers die with a 'bus error' "
+            "(insufficient shared memory) once batches outgrow it",
+            fix=fix,
+        )
     if free < SHM_MIN_BYTES // 4:
-        return Check("shm", title, Status.WARN, f"/dev/shm is nearly full: {format_bytes(free)} free of {format_bytes(total)}",
-                     fix="Remove stale files in /dev/shm (crashed workers leave them behind).")
+        return Check(
+            "shm",
+            title,
+            Status.WARN,
+            f"/dev/shm is nearly full: {format_bytes(free)} free of {format_bytes(total)}",
+            fix="Remove stale files in /dev/shm (crashed workers leave them behind).",
+        )
     return Check("shm", title, Status.OK, f"{format_bytes(total)} ({format_bytes(free)} free)")
 
 
@@ -537,14 +724,22 @@ def check_nvml_package(f: Facts) -> Check:
     stray = [n for n in ("pynvml", "nvidia-ml-py3") if n in d]
     if stray:
         listed = ", ".join(f"{n} {d[n]}" for n in stray)
-        return Check("nvml_package", title, Status.WARN,
-                     f"{listed} installed: these and nvidia-ml-py all install the `pynvml` module and overwrite "
-                     "each other (pynvml ≥ 12 is a deprecated shim that warns on import)",
-                     fix=f"`pip uninstall -y {' '.join(stray)} && pip install --force-reinstall nvidia-ml-py`")
+        return Check(
+            "nvml_package",
+            title,
+            Status.WARN,
+            f"{listed} installed: these and nvidia-ml-py all install the `pynvml` module and overwrite "
+            "each other (pynvml ≥ 12 is a deprecated shim that warns on import)",
+            fix=f"`pip uninstall -y {' '.join(stray)} && pip install --force-reinstall nvidia-ml-py`",
+        )
     if "nvidia-ml-py" not in d:
-        return Check("nvml_package", title, Status.WARN,
-                     "nvidia-ml-py is not installed: GPUs cannot be read without starting CUDA",
-                     fix="`pip install nvidia-ml-py`")
+        return Check(
+            "nvml_package",
+            title,
+            Status.WARN,
+            "nvidia-ml-py is not installed: GPUs cannot be read without starting CUDA",
+            fix="`pip install nvidia-ml-py`",
+        )
     return Check("nvml_package", title, Status.OK, f"nvidia-ml-py {d['nvidia-ml-py']}")
 
 
@@ -553,24 +748,42 @@ def check_server(f: Facts) -> Check | None:
     if f.servers is None:
         return None
     if not f.servers:
-        return Check("server", title, Status.INFO,
-                     "no running Jupyter server found from here (a plain IPython, or a remote kernel)")
+        return Check(
+            "server",
+            title,
+            Status.INFO,
+            "no running Jupyter server found from here (a plain IPython, or a remote kernel)",
+        )
     if any(s.status == 200 for s in f.servers):
         url = next(s.url for s in f.servers if s.status == 200)
         return Check("server", title, Status.OK, f"reachable: {url}")
     s = f.servers[0]
     if s.status == 404:
-        return Check("server", title, Status.WARN,
-                     f"the server answers but has no GPU routes ({s.url} → 404)",
-                     fix="`jupyter server extension enable jupyter_gpu`, then restart the server "
-                         "(`jupyter server extension list` shows whether it loaded).")
+        return Check(
+            "server",
+            title,
+            Status.WARN,
+            f"the server answers but has no GPU routes ({s.url} → 404)",
+            fix="`jupyter server extension enable jupyter_gpu`, then restart the server "
+            "(`jupyter server extension list` shows whether it loaded).",
+        )
     if s.status in (401, 403):
-        return Check("server", title, Status.WARN, f"the server refused this kernel's token ({s.url} → {s.status})",
-                     fix="Open the notebook from that server, or check its authentication settings.")
+        return Check(
+            "server",
+            title,
+            Status.WARN,
+            f"the server refused this kernel's token ({s.url} → {s.status})",
+            fix="Open the notebook from that server, or check its authentication settings.",
+        )
     # The client's error names the address itself, e.g. "cannot reach http://…: Connection refused".
     what = s.error or f"could not reach {s.url}: HTTP {s.status}"
-    return Check("server", title, Status.WARN, what,
-                 fix="A stopped server may have left its runtime file behind; `jupyter server list` shows which run.")
+    return Check(
+        "server",
+        title,
+        Status.WARN,
+        what,
+        fix="A stopped server may have left its runtime file behind; `jupyter server list` shows which run.",
+    )
 
 
 CHECKS: tuple[Callable[[Facts], Check | None], ...] = (

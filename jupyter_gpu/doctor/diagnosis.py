@@ -1,5 +1,6 @@
 """A diagnosis: the checklist plus a one-line verdict that other parts of the package reuse.
 As text and HTML it is the package's one ``Report``; as JSON, ``to_json``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,10 +43,14 @@ class Diagnosis(Reportable):
         return json.dumps(self.to_dict(), indent=1)
 
     def as_report(self) -> Report:
-        rows = [Row(c.title, note=c.summary, status=c.status.value, fix=c.fix, detail=c.detail) for c in self.checks]
+        rows = [
+            Row(c.title, note=c.summary, status=c.status.value, fix=c.fix, detail=c.detail)
+            for c in self.checks
+        ]
         status = Status.OK if self.cuda_ready and self.primary is None else self.status
-        return Report([Section(rows=rows)], heading=self.verdict, status=status.value,
-                      css_class="jupyter-gpu-doctor")
+        return Report(
+            [Section(rows=rows)], heading=self.verdict, status=status.value, css_class="jupyter-gpu-doctor"
+        )
 
 
 def evaluate(facts: Facts) -> Diagnosis:

@@ -4,6 +4,7 @@ Each source is a seam (an environment mapping, a root directory for /proc and /d
 NVML, torch, /dev/shm, installed distributions and running servers), so tests and other callers
 (the server, a CLI) can substitute any of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,11 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..torch_state import torch_in_use
 from . import probe
@@ -27,8 +29,13 @@ PROBE_TIMEOUT_S = 90.0
 # The only variables the checks read; the rest of the environment (tokens, keys) stays out of
 # reports, which end up in notebooks, logs and the sidebar.
 RELEVANT_ENV = (
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_MODULE_LOADING", "NVIDIA_VISIBLE_DEVICES",
-    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MODULE_LOADING",
+    "NVIDIA_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
 )
 
 
@@ -108,7 +115,9 @@ def _child_facts(env: Mapping[str, str], python: str) -> dict[str, Any]:
     return {**json.loads(lines[-1]), "source": "subprocess"}
 
 
-def read_torch(env: Mapping[str, str], allow_cuda_init: bool = False, python: str = sys.executable) -> TorchInfo:
+def read_torch(
+    env: Mapping[str, str], allow_cuda_init: bool = False, python: str = sys.executable
+) -> TorchInfo:
     """torch's facts without initialising CUDA in this process, unless it already is (or may be).
 
     Build facts and settings come from this process when torch is imported here (the user may
@@ -121,7 +130,15 @@ def read_torch(env: Mapping[str, str], allow_cuda_init: bool = False, python: st
     child = _child_facts(env, python)
     if torch is None:
         return TorchInfo.from_dict(child)
-    runtime = ("runtime_probed", "runtime_error", "available", "device_count", "devices", "init_warnings", "source")
+    runtime = (
+        "runtime_probed",
+        "runtime_error",
+        "available",
+        "device_count",
+        "devices",
+        "init_warnings",
+        "source",
+    )
     return TorchInfo.from_dict(probe.build_facts(torch) | {k: child[k] for k in runtime if k in child})
 
 
@@ -165,9 +182,7 @@ def gather(
 ) -> Facts:
     """Collect every fact once. Takes a few seconds when torch has to be asked in a child."""
     env = dict(os.environ if env is None else env)
-    torch_info = (
-        torch_reader(env) if torch_reader else read_torch(env, allow_cuda_init=allow_cuda_init)
-    )
+    torch_info = torch_reader(env) if torch_reader else read_torch(env, allow_cuda_init=allow_cuda_init)
     return Facts(
         env={k: env[k] for k in RELEVANT_ENV if k in env},
         torch=torch_info,

@@ -5,6 +5,7 @@ first, through the package's one reader (``jupyter_gpu.nvml``). The error *kind*
 as the readings: "library not found" and "driver not loaded" have different fixes, so it is kept
 rather than folded into a sentence.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

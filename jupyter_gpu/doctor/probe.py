@@ -7,6 +7,7 @@ initialised CUDA: ``cuInit`` in the kernel would break fork-based launchers, and
 not change what it diagnoses. Run as a script, this file prints the full facts as one JSON line;
 it imports nothing but the standard library and torch so that it runs in any interpreter.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,11 @@ def _nccl(torch: Any) -> dict[str, Any]:
     if available:
         raw = torch.cuda.nccl.version()
         version = ".".join(map(str, raw)) if isinstance(raw, tuple) else str(raw)
-    return {"distributed_available": dist.is_available(), "nccl_available": available, "nccl_version": version}
+    return {
+        "distributed_available": dist.is_available(),
+        "nccl_available": available,
+        "nccl_version": version,
+    }
 
 
 def build_facts(torch: Any) -> dict[str, Any]:
@@ -92,7 +97,11 @@ def torch_facts(runtime: bool) -> dict[str, Any]:
     except ImportError as error:
         return {"installed": False, "executable": sys.executable, "import_error": str(error)}
     except Exception as error:  # installed but broken, e.g. a missing shared library
-        return {"installed": True, "executable": sys.executable, "import_error": f"{type(error).__name__}: {error}"}
+        return {
+            "installed": True,
+            "executable": sys.executable,
+            "import_error": f"{type(error).__name__}: {error}",
+        }
     facts = build_facts(torch)
     if runtime:
         facts.update(runtime_facts(torch))

@@ -4,11 +4,12 @@ The sidebar and status bar need the server side; a kernel can only find out by a
 running servers (``client.discover``: this kernel's own server first) with a short timeout (a
 dead server left a stale file behind more often than not).
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from ..client import Server, ServerError, discover
 

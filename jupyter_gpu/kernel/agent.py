@@ -9,6 +9,7 @@ runtime dir). Writes are atomic (temp file + ``os.replace``) and mode 0600.
 It never imports torch and never initialises CUDA: it reports only once the
 user's code has imported torch and CUDA is initialised; until then ``cuda_in_use`` is false.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -18,9 +19,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from traitlets import Float
 from traitlets.config import Configurable
@@ -49,7 +51,9 @@ class KernelAgent(Configurable):
         "automatically when a snapshot is slow, so that snapshots take at most 0.1% of the time.",
     ).tag(config=True)
 
-    def __init__(self, path: Path, kernel_id: str, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+    def __init__(
+        self, path: Path, kernel_id: str, clock: Callable[[], float] = time.time, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.path = path
         self.kernel_id = kernel_id
@@ -125,7 +129,7 @@ class KernelAgent(Configurable):
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
             if self._stop.is_set():  # unloading: do not resurrect a file just removed
@@ -180,7 +184,9 @@ class KernelAgent(Configurable):
 def _has_used(stats: dict[str, Any]) -> bool:
     """Devices whose allocator never reserved memory have nothing to report."""
     return bool(
-        stats.get("reserved_bytes.all.peak") or stats.get("reserved_bytes.all.allocated") or stats.get("num_ooms")
+        stats.get("reserved_bytes.all.peak")
+        or stats.get("reserved_bytes.all.allocated")
+        or stats.get("num_ooms")
     )
 
 

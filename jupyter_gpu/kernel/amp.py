@@ -4,15 +4,17 @@ Autocast state is thread-local, so the persistent mode enters a fresh autocast c
 thread that runs each cell (``pre_run_cell``) and always leaves it when the cell ends
 (``post_run_cell``), whether or not the cell raised. torch is imported only when a magic runs.
 """
+
 from __future__ import annotations
 
 import functools
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -149,9 +151,21 @@ class AmpMagics(Magics):
 
     @magic_arguments()
     @argument("state", nargs="?", choices=["on", "off"], help="line mode: on or off for every following cell")
-    @argument("--dtype", choices=["bf16", "fp16", "auto"], default="auto", help="auto: bf16 where the device has it, else fp16")
-    @argument("--device", choices=["cuda", "cpu", "auto"], default="auto", help="auto: cuda if available, else cpu")
-    @argument("--tf32", choices=["on", "off"], default=None, help="TF32 for fp32 CUDA matmuls and convolutions, restored after the cell")
+    @argument(
+        "--dtype",
+        choices=["bf16", "fp16", "auto"],
+        default="auto",
+        help="auto: bf16 where the device has it, else fp16",
+    )
+    @argument(
+        "--device", choices=["cuda", "cpu", "auto"], default="auto", help="auto: cuda if available, else cpu"
+    )
+    @argument(
+        "--tf32",
+        choices=["on", "off"],
+        default=None,
+        help="TF32 for fp32 CUDA matmuls and convolutions, restored after the cell",
+    )
     @line_cell_magic
     def amp(self, line: str, cell: str | None = None) -> Any:
         """Run a cell under torch.amp.autocast, or every cell from now on.

@@ -4,6 +4,7 @@
 as successful, so "Run all" would carry on past a failed cell. Executing the transformed source
 here instead lets the exception reach the outer cell like any other error.
 """
+
 from __future__ import annotations
 
 import ast

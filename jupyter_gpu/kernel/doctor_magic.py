@@ -1,8 +1,9 @@
 """``%gpu_doctor``: the doctor's checklist (``jupyter_gpu.doctor``) in a notebook (HTML), a
 terminal (text) or for programs (JSON)."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class

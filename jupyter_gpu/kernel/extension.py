@@ -4,10 +4,11 @@ Each feature module exposes ``register(ipython) -> Callable[[], None]``: it regi
 and event callbacks and returns the function that removes them. Modules are imported only here,
 so ``import jupyter_gpu`` stays cheap and imports no torch.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics

@@ -4,10 +4,12 @@ process belongs to.
 
 Used by ``%gpu_mem``, ``%gpu_monitor`` and the out-of-memory explanation, i.e. on demand.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 
@@ -33,7 +35,9 @@ def all_devices() -> tuple[list[dict[str, Any]], str | None]:
     return holders.all_devices(nvml_backend())
 
 
-def allocator_view(torch: ModuleType, device: int, *, with_snapshot: bool = True) -> tuple[AllocatorFigures, list[dict[str, Any]] | None]:
+def allocator_view(
+    torch: ModuleType, device: int, *, with_snapshot: bool = True
+) -> tuple[AllocatorFigures, list[dict[str, Any]] | None]:
     """This kernel's allocator figures for one device, and its snapshot segments if asked."""
     segments = None
     if with_snapshot:
@@ -70,4 +74,3 @@ def server_labels(uuid: str) -> dict[int, str]:
 def _list(value: Any) -> list[Any]:
     """The server's reply is checked like any input: a list where one is expected, else nothing."""
     return value if isinstance(value, list) else []
-

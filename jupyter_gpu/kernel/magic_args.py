@@ -3,10 +3,12 @@
 ``parse_argstring`` already turns argparse errors into ``UsageError``, but the shell-like split
 before it raises a bare ``ValueError`` for an unbalanced quote (``%gpu_mem '``).
 """
+
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring

@@ -1,9 +1,11 @@
 """``%gpu_mem``: this kernel's GPU memory, NVML's view beside PyTorch's allocator, with advice."""
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -101,8 +103,10 @@ def device_report(torch: Any, device: int, *, draw: bool) -> Report:
 
     figures, segments = gpu_memory.allocator_view(torch, device)
     uuid = nvml_uuid(torch, device)
-    view, reason = (None, "torch does not report this GPU's UUID") if uuid is None else gpu_memory.device_view(
-        uuid, labels=lambda: gpu_memory.server_labels(uuid)
+    view, reason = (
+        (None, "torch does not report this GPU's UUID")
+        if uuid is None
+        else gpu_memory.device_view(uuid, labels=lambda: gpu_memory.server_labels(uuid))
     )
     name = f"{view.name} " if view and view.name else ""
     header = Section(f"GPU {device}: {name}({uuid or 'unknown UUID'})")
@@ -122,7 +126,9 @@ def no_cuda_report() -> Report:
     from . import gpu_memory
 
     section = Section("This kernel")
-    section.add("CUDA", "not initialised", "torch is imported" if "torch" in sys.modules else "torch is not imported")
+    section.add(
+        "CUDA", "not initialised", "torch is imported" if "torch" in sys.modules else "torch is not imported"
+    )
     gpus, reason = gpu_memory.all_devices()
     machine = Section("GPUs on this machine (NVML numbering)")
     if not gpus:
@@ -139,7 +145,9 @@ def no_cuda_report() -> Report:
 @magics_class
 class GpuMemMagics(Magics):
     @magic_arguments()
-    @argument("--device", "-d", type=int, default=None, help="CUDA device index; default: the current device.")
+    @argument(
+        "--device", "-d", type=int, default=None, help="CUDA device index; default: the current device."
+    )
     @argument(
         "--snapshot",
         action="store_true",

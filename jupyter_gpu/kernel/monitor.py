@@ -9,12 +9,14 @@ reports its view count dropping to zero), when the front end closes the widget, 
 button, on ``%gpu_monitor --stop``, on ``%unload_ext`` and at kernel exit. Like the agent it
 never initialises CUDA: this kernel's allocator figures appear once the user's code has.
 """
+
 from __future__ import annotations
 
 import atexit
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -40,16 +42,20 @@ class GpuRow:
         self.uuid = info.get("uuid")
         label = f"GPU {index}: {info.get('name') or 'unknown'}"
         self.name = widgets.Label(label, layout=widgets.Layout(width="13em"))
-        self.util = widgets.FloatProgress(min=0, max=100, tooltip=f"GPU {index} utilisation",
-                                          layout=widgets.Layout(width="9em"))
+        self.util = widgets.FloatProgress(
+            min=0, max=100, tooltip=f"GPU {index} utilisation", layout=widgets.Layout(width="9em")
+        )
         self.util_text = widgets.Label(layout=widgets.Layout(width="5.5em"))
-        self.memory = widgets.FloatProgress(min=0, max=1, tooltip=f"GPU {index} memory used",
-                                            layout=widgets.Layout(width="9em"))
+        self.memory = widgets.FloatProgress(
+            min=0, max=1, tooltip=f"GPU {index} memory used", layout=widgets.Layout(width="9em")
+        )
         self.memory_text = widgets.Label(layout=widgets.Layout(width="11.5em"))
         self.mine = widgets.Label(tooltip=f"this kernel's PyTorch allocator on GPU {index}")
         # In a narrow output the allocator figures wrap onto a line of their own.
-        self.box = widgets.HBox([self.name, self.util, self.util_text, self.memory, self.memory_text, self.mine],
-                                layout=widgets.Layout(flex_flow="row wrap"))
+        self.box = widgets.HBox(
+            [self.name, self.util, self.util_text, self.memory, self.memory_text, self.mine],
+            layout=widgets.Layout(flex_flow="row wrap"),
+        )
 
     def show(self, values: dict[str, Any], unsupported: dict[str, str]) -> None:
         util = values.get("utilization_gpu_percent")
@@ -73,7 +79,9 @@ class GpuRow:
 class Monitor:
     """The widgets and the thread that updates them; ``stop`` is safe from any thread, twice."""
 
-    def __init__(self, widgets: Any, reader: Any, devices: list[dict[str, Any]], interval: float, simulated: bool) -> None:
+    def __init__(
+        self, widgets: Any, reader: Any, devices: list[dict[str, Any]], interval: float, simulated: bool
+    ) -> None:
         self.reader = reader  # opened by the caller, used only by the updating thread from now on
         self.interval = interval
         self._stop = threading.Event()
@@ -83,9 +91,13 @@ class Monitor:
         source = "simulated readings" if simulated else "NVML"
         self.header = widgets.HTML(f"<b>GPU monitor</b>: {source}, every {interval:g} s")
         self.status = widgets.Label()
-        self.button = widgets.Button(description="Stop", tooltip="stop updating", layout=widgets.Layout(width="6em"))
+        self.button = widgets.Button(
+            description="Stop", tooltip="stop updating", layout=widgets.Layout(width="6em")
+        )
         self.button.on_click(lambda _: self.stop("stopped"))
-        self.widget = widgets.VBox([widgets.HBox([self.header, self.button]), *(r.box for r in self.rows), self.status])
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.header, self.button]), *(r.box for r in self.rows), self.status]
+        )
         self._seen_view = False
         self.widget._view_count = 0  # ask the front end to report its views, see _views_changed
         self.widget.observe(self._views_changed, names="_view_count")
@@ -123,8 +135,10 @@ class Monitor:
             shown = rows.get(self._uuids[device])
             reserved = torch.cuda.memory_reserved(device)
             if shown is not None and reserved:
-                texts[shown.index] = (f"this kernel (cuda:{device}): {format_bytes(torch.cuda.memory_allocated(device))} "
-                                    f"allocated, {format_bytes(reserved)} reserved")
+                texts[shown.index] = (
+                    f"this kernel (cuda:{device}): {format_bytes(torch.cuda.memory_allocated(device))} "
+                    f"allocated, {format_bytes(reserved)} reserved"
+                )
         for row in self.rows:
             row.allocator(texts.get(row.index, "this kernel: nothing allocated"))
 
@@ -188,7 +202,9 @@ def start(interval: float) -> Monitor | str:
     try:
         import ipywidgets as widgets
     except ImportError:
-        raise UsageError("%gpu_monitor needs ipywidgets: pip install ipywidgets, then restart the kernel") from None
+        raise UsageError(
+            "%gpu_monitor needs ipywidgets: pip install ipywidgets, then restart the kernel"
+        ) from None
     from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
     from . import gpu_memory
 
@@ -211,7 +227,12 @@ def start(interval: float) -> Monitor | str:
 @magics_class
 class MonitorMagics(Magics):
     @magic_arguments()
-    @argument("--interval", type=float, default=1.0, help=f"seconds between updates (default 1, at least {MIN_INTERVAL:g})")
+    @argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help=f"seconds between updates (default 1, at least {MIN_INTERVAL:g})",
+    )
     @argument("--stop", action="store_true", help="stop every monitor running in this kernel")
     @line_magic
     def gpu_monitor(self, line: str) -> None:
@@ -229,7 +250,9 @@ class MonitorMagics(Magics):
             print(f"gpu_monitor: stopped {count} monitor{'s' if count != 1 else ''}")
             return
         if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:
-            raise UsageError(f"--interval {args.interval:g}: give seconds from {MIN_INTERVAL:g} to {MAX_INTERVAL:g}")
+            raise UsageError(
+                f"--interval {args.interval:g}: give seconds from {MIN_INTERVAL:g} to {MAX_INTERVAL:g}"
+            )
         monitor = start(args.interval)
         if isinstance(monitor, str):
             print(f"gpu_monitor: no GPU to monitor. {monitor}")

@@ -5,10 +5,12 @@ A ``post_run_cell`` callback, so that torch is never imported to register it and
 traceback is shown untouched before the explanation. The error is recognised by its class
 (``OutOfMemoryError`` from a ``torch`` module) without importing torch.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..analysis.fragmentation import advise, expandable_segments_configured
 from ..analysis.oom_message import parse_oom_message
@@ -56,8 +58,10 @@ def explain(error: BaseException) -> str | None:
         f"{format_bytes(figures.inactive_split_bytes)} is stranded{ratio}."
     )
     uuid = nvml_uuid(torch, device)
-    view, reason = (None, "no UUID for this GPU") if uuid is None else gpu_memory.device_view(
-        uuid, labels=lambda: gpu_memory.server_labels(uuid)
+    view, reason = (
+        (None, "no UUID for this GPU")
+        if uuid is None
+        else gpu_memory.device_view(uuid, labels=lambda: gpu_memory.server_labels(uuid))
     )
     if view is None:
         lines.append(f"  Other processes: unknown ({reason}).")

@@ -4,11 +4,13 @@ Segments are laid end to end in address order and wrapped into rows, with a gap 
 segments, so that a stranded hole is seen inside the segment that traps it. Each pool has its
 own scale (a 2 MiB small-pool segment would vanish beside gigabytes of large segments).
 """
+
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..analysis.fragmentation import ALLOCATED, INACTIVE, PENDING_FREE, POOLS, free_block_parts
 from ..analysis.units import format_bytes
@@ -124,7 +126,7 @@ def segment_map_svg(segments: Sequence[Mapping[str, Any]]) -> str:
         total = sum(s["total_size"] for s in pool_segments)
         texts.append(
             f'<text x="0" y="{top + 10:.0f}">{pool} pool: {len(pool_segments)} segment'
-            f'{"s" if len(pool_segments) != 1 else ""}, '
+            f"{'s' if len(pool_segments) != 1 else ''}, "
             f"{html.escape(format_bytes(total))}</text>"
         )
         top += 16

@@ -1,9 +1,11 @@
 """``%gpu_warmup`` and ``%%gpu_warmup``: the warm-up (``jupyter_gpu.warmup``) in a notebook, and
 the user's own cell run once cold and then warm."""
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -34,7 +36,9 @@ class WarmupMagics(Magics):
     shell: InteractiveShell  # always set for magics registered on a shell
 
     @magic_arguments()
-    @argument("--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)")
+    @argument(
+        "--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)"
+    )
     @argument("--nccl", action="store_true", help="also start an NCCL communicator (in this process only)")
     @argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
     @argument("--repeat", type=int, default=1, help="cell form: warm runs after the cold one (default 1)")

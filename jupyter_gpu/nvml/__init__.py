@@ -5,6 +5,7 @@ Used by the server's sampler, the command line, the doctor and kernel-side diagn
 imports torch. The reader is imported on first use, so that ``jupyter_gpu.nvml.reasons`` loads
 without pynvml (the doctor reports a missing pynvml rather than failing to import).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """What an NVML error means for the reader: NVML gone, one GPU gone, a version missing, or one
 field unreadable; and which entry of the table in ``reasons`` explains it."""
+
 from __future__ import annotations
 
 import pynvml

@@ -4,12 +4,14 @@ knows of it, with the calling process and its children (DataLoader workers, laun
 For ``%gpu_mem``, the out-of-memory explanation and the warm-up's memory figure, i.e. on demand,
 never on a timer. ``nvml`` is the backend (pynvml, or ``SimulatedNVML`` in tests).
 """
+
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pynvml
@@ -55,8 +57,7 @@ def _own_pids() -> set[int]:
 
 
 NAMESPACE = (
-    "NVML reports process IDs of another PID namespace (a container?), so this process's share "
-    "cannot be told"
+    "NVML reports process IDs of another PID namespace (a container?), so this process's share cannot be told"
 )
 
 
@@ -98,7 +99,10 @@ def device_view(
             metas = {p["pid"]: describe(p["pid"], verify=verify) for p in foreign}
             names = labels() if foreign else {}
             others = sorted(
-                (Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, metas[p["pid"]])) for p in foreign),
+                (
+                    Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, metas[p["pid"]]))
+                    for p in foreign
+                ),
                 key=lambda h: -(h.used_bytes or 0),
             )
             if not mine and any(m.same_namespace is False for m in metas.values()):
@@ -115,7 +119,14 @@ def device_view(
         reader.close()
 
 
-def _view(index: int, uuid: str, info: dict[str, Any], values: dict[str, Any], this_kernel: int | None, others: list[Holder]) -> DeviceView:
+def _view(
+    index: int,
+    uuid: str,
+    info: dict[str, Any],
+    values: dict[str, Any],
+    this_kernel: int | None,
+    others: list[Holder],
+) -> DeviceView:
     return DeviceView(
         nvml_index=index,
         uuid=uuid,

@@ -3,6 +3,7 @@
 The facts behind every PID that NVML lists, for the server's sampler (``ProcessTable`` caches
 them per PID, so a steady state costs no system calls), ``%gpu_mem`` and ``jupyter gpu status``.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,9 @@ def _opens_nvidia_device(proc: psutil.Process) -> bool | None:
     """None when we may not look (another user's process without root)."""
     try:
         fd_dir = f"/proc/{proc.pid}/fd"
-        return any(os.readlink(os.path.join(fd_dir, fd)).startswith("/dev/nvidia") for fd in os.listdir(fd_dir))
+        return any(
+            os.readlink(os.path.join(fd_dir, fd)).startswith("/dev/nvidia") for fd in os.listdir(fd_dir)
+        )
     except PermissionError:
         return None
     except (FileNotFoundError, ProcessLookupError, OSError):

@@ -8,11 +8,13 @@ Calls that exist in several versions (memory info v2 and v1, process lists v3 an
 newest first once per reader, and the version the driver answered is kept, as nvitop's libnvml
 does: an old driver costs one failed call per session, not one per sample.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pynvml
 
@@ -103,9 +105,7 @@ class NvmlReader:
         unsupported: Unsupported = {}
         self._field(values, unsupported, "uuid", lambda: nvml.nvmlDeviceGetUUID(h), _text)
         self._field(values, unsupported, "name", lambda: nvml.nvmlDeviceGetName(h), _text)
-        self._field(
-            values, unsupported, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(h).busId, _text
-        )
+        self._field(values, unsupported, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(h).busId, _text)
         self._field(
             values,
             unsupported,
@@ -170,9 +170,7 @@ class NvmlReader:
             "temperature_celsius",
             lambda: nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
         )
-        self._field(
-            values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), _milli
-        )
+        self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), _milli)
         self._field(
             values,
             unsupported,
@@ -249,10 +247,13 @@ class NvmlReader:
         names = ("memory_used_bytes", "memory_reserved_bytes", "memory_free_bytes", "memory_total_bytes")
         nvml = self.nvml
         try:
-            version, info = self._versioned("memory", (
-                ("v2", lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
-                ("v1", lambda: nvml.nvmlDeviceGetMemoryInfo(h)),
-            ))
+            version, info = self._versioned(
+                "memory",
+                (
+                    ("v2", lambda: nvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)),
+                    ("v1", lambda: nvml.nvmlDeviceGetMemoryInfo(h)),
+                ),
+            )
         except pynvml.NVMLError as error:
             self._raise_state(error)
             for name in names:
@@ -270,10 +271,13 @@ class NvmlReader:
 
     def _processes(self, h: Any) -> list[Values]:
         nvml = self.nvml
-        _, procs = self._versioned("processes", (
-            ("v3", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h)),  # pynvml calls v3
-            ("v2", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
-        ))
+        _, procs = self._versioned(
+            "processes",
+            (
+                ("v3", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h)),  # pynvml calls v3
+                ("v2", lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+            ),
+        )
         # `usedGpuMemory` is None when the driver withholds it (e.g. under some containers)
         return [{"pid": p.pid, "used_memory_bytes": p.usedGpuMemory} for p in procs]
 

@@ -5,6 +5,7 @@ say the same thing for the same failure: a ``Problem`` with a stable ``kind`` fo
 ``summary`` (what is wrong) and a ``fix`` (what to do). ``errors.problem`` picks the entry for an
 NVML error. Plain data without pynvml, so that the doctor can report that pynvml is missing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

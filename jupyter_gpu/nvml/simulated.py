@@ -8,6 +8,7 @@ fail only sometimes). It is never the default backend, and everything it feeds i
 Readings use the format of ``tests/fixtures/nvml_readings_2gpu.json``; a file of the form
 ``{"init_error": "NVML_ERROR_DRIVER_NOT_LOADED"}`` simulates a machine where NVML cannot start.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ class SimulatedNVML:
         self.threads: set[str] = set()  # names of the threads that called NVML
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "SimulatedNVML":
+    def from_file(cls, path: str | Path) -> SimulatedNVML:
         return cls(json.loads(Path(path).read_text()))
 
     # -- fault injection ---------------------------------------------------------------------

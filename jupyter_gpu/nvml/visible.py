@@ -5,12 +5,13 @@ CUDA reads the variable left to right and stops at the first entry it cannot use
 index (``-1`` hides every GPU, ``0,-1,1`` shows only GPU 0), an index past the last GPU, a UUID
 prefix no GPU has, or anything else. Set but empty shows none; unset shows every GPU.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 _UUID_LINE = re.compile(r"^GPU UUID:\s*(\S+)", re.M)
 

@@ -3,6 +3,7 @@
 Configure with ``c.GPUMonitor.<trait>`` in ``jupyter_server_config.py`` or
 ``--GPUMonitor.<trait>=...`` on the command line.
 """
+
 from __future__ import annotations
 
 import asyncio

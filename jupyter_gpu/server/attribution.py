@@ -4,6 +4,7 @@ A GPU process belongs to a kernel when it is the kernel's process or a descendan
 (DataLoader workers, subprocesses). PIDs that cannot be checked in this PID namespace are never
 guessed at: they are listed as unattributed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

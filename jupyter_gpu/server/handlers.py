@@ -1,4 +1,5 @@
 """REST handlers under ``{base_url}api/gpu/``. Thin: they read sampler state, never NVML."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,9 +40,7 @@ class GPUHandler(APIHandler):
         unknown = sorted(set(args) - allowed_params - cache_busters)
         if unknown:
             allowed = ", ".join(sorted(allowed_params))
-            raise web.HTTPError(
-                400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}."
-            )
+            raise web.HTTPError(400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}.")
 
     def send(self, payload: dict[str, Any] | str) -> None:
         self.set_header("Cache-Control", "no-store")
@@ -97,7 +96,8 @@ class TelemetryHandler(GPUHandler):
             value = math.nan
         if not math.isfinite(value) or value < 0:
             raise web.HTTPError(
-                400, f"`since` must be a time in seconds since the Unix epoch, e.g. 1764460800.5; got {raw!r}."
+                400,
+                f"`since` must be a time in seconds since the Unix epoch, e.g. 1764460800.5; got {raw!r}.",
             )
         return value
 

@@ -8,12 +8,14 @@ live PID. A refused file yields ``None`` and a reason; this never raises and nev
 The reason is a sentence for people that carries an ``AllocatorState`` for programs, so
 that no client has to parse the sentence.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Any, Callable, Literal, NamedTuple
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import psutil
 
@@ -37,7 +39,7 @@ class Refusal(str):
 
     state: AllocatorState
 
-    def __new__(cls, state: AllocatorState, text: str) -> "Refusal":
+    def __new__(cls, state: AllocatorState, text: str) -> Refusal:
         refusal = super().__new__(cls, text)
         refusal.state = state
         return refusal

@@ -4,6 +4,7 @@ Runs on the event loop and does no blocking I/O there: the kernel manager answer
 the session manager from its in-process database, the process metadata was gathered by the
 sampler thread, and the kernels' allocator stats files are read on a worker thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,9 @@ def _kernel_pid(kernel: Any) -> int | None:
 
 
 class KernelView:
-    def __init__(self, sampler: Sampler, kernel_manager: Any, session_manager: Any, *, show_all_users: bool) -> None:
+    def __init__(
+        self, sampler: Sampler, kernel_manager: Any, session_manager: Any, *, show_all_users: bool
+    ) -> None:
         self.sampler = sampler
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager

@@ -3,9 +3,11 @@
 It reads the sampler's latest sample and the last kernel attribution at scrape time, so a
 scrape costs no NVML call. Units are base units (bytes, watts, celsius, hertz, ratios 0–1).
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
@@ -16,7 +18,12 @@ GPU_LABELS = ["gpu", "uuid"]
 # (metric suffix, sample field, scale to base unit, help)
 GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
     ("utilization_ratio", "utilization_gpu_percent", 0.01, "Fraction of time a kernel ran on the GPU (0-1)."),
-    ("memory_utilization_ratio", "utilization_memory_percent", 0.01, "Fraction of time device memory was read or written (0-1)."),
+    (
+        "memory_utilization_ratio",
+        "utilization_memory_percent",
+        0.01,
+        "Fraction of time device memory was read or written (0-1).",
+    ),
     ("memory_used_bytes", "memory_used_bytes", 1, "Device memory used by processes (NVML memory info v2)."),
     ("memory_reserved_bytes", "memory_reserved_bytes", 1, "Device memory reserved by the driver."),
     ("memory_free_bytes", "memory_free_bytes", 1, "Free device memory."),
@@ -53,7 +60,9 @@ class GPUCollector(Collector):
             yield from self._kernel_metrics(monitor.kernels.last)
 
     def _gpu_metrics(self, gpus: tuple[dict[str, Any], ...]) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily("jupyter_gpu_up", "1 when the GPU answers, 0 when it is lost.", labels=GPU_LABELS)
+        up = GaugeMetricFamily(
+            "jupyter_gpu_up", "1 when the GPU answers, 0 when it is lost.", labels=GPU_LABELS
+        )
         for gpu in gpus:
             up.add_metric([str(gpu["index"]), gpu.get("uuid") or ""], 1.0 if gpu["state"] == "ok" else 0.0)
         yield up
@@ -92,7 +101,6 @@ class GPUCollector(Collector):
             other.add_metric(list(key), total)
         yield other
 
-
     def _allocator_metrics(self, kernels: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
         labels = [*GPU_LABELS, "kernel_id", "notebook_path"]
         families = {
@@ -112,8 +120,16 @@ class GPUCollector(Collector):
 ALLOCATOR_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("allocated_bytes", "allocated_bytes", "Memory in live tensors."),
     ("reserved_bytes", "reserved_bytes", "Memory the caching allocator holds from the driver."),
-    ("inactive_split_bytes", "inactive_split_bytes", "Free memory trapped in segments that hold live blocks."),
-    ("fragmentation", "fragmentation_ratio", "inactive_split / reserved (0-1): memory empty_cache() cannot return."),
+    (
+        "inactive_split_bytes",
+        "inactive_split_bytes",
+        "Free memory trapped in segments that hold live blocks.",
+    ),
+    (
+        "fragmentation",
+        "fragmentation_ratio",
+        "inactive_split / reserved (0-1): memory empty_cache() cannot return.",
+    ),
     ("num_alloc_retries", "alloc_retries", "Allocations that had to free the cache and retry."),
     ("num_ooms", "ooms", "Out-of-memory errors raised by the allocator."),
 )

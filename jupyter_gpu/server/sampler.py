@@ -4,6 +4,7 @@ The fast thread reads the cheap fields of every GPU each ``interval``; the slow 
 PCIe throughput (about 20 ms per call in NVML) every ``slow_interval``, so a slow reading never
 delays a fast one. Neither ever runs on the tornado event loop.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.processes import ProcessMeta, ProcessTable
@@ -37,7 +39,7 @@ class Sample:
     json_history: str = ""
 
     @classmethod
-    def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> "Sample":
+    def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> Sample:
         history = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in gpus]
         return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
 

@@ -2,10 +2,12 @@
 
 The shapes are those of ``schema/<route>.schema.json``; the server tests hold every reply to them.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .sampler import Sample, Status
 from .schema import VERSION

@@ -5,6 +5,7 @@ The fixtures live here, not in a conftest.py: test modules import them by name. 
 conftest.py would shadow tests/conftest.py for the server tests that `from conftest import ...`.)
 Screenshots are saved under test-artifacts/screenshots/; the folder is printed at the end.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -47,7 +48,9 @@ def _labextension_dir() -> Path | None:
     if marker.exists():
         built = (LABEXT_BUILD / "package.json").stat().st_mtime
         newer = [
-            p for d in LABEXT_SOURCES for p in d.rglob("*")
+            p
+            for d in LABEXT_SOURCES
+            for p in d.rglob("*")
             if p.is_file() and "__tests__" not in p.parts and p.stat().st_mtime > built + 1
         ]
         if newer:
@@ -120,8 +123,14 @@ class LabServer:
             PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
         )
         cmd = [
-            sys.executable, "-m", "jupyterlab", "--allow-root", "--no-browser",
-            "--ip=127.0.0.1", f"--port={self.port}", "--port-retries=0",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--allow-root",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--port-retries=0",
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root}",
             f"--ServerApp.base_url={self.base_url}",
@@ -159,7 +168,9 @@ class LabServer:
         except urllib.error.HTTPError as error:
             detail = error.read().decode(errors="replace")
             tail = "\n".join(self.log().splitlines()[-40:])
-            raise AssertionError(f"{method} {path}: {error.code} {detail}\n--- server log ---\n{tail}") from None
+            raise AssertionError(
+                f"{method} {path}: {error.code} {detail}\n--- server log ---\n{tail}"
+            ) from None
         return json.loads(text) if text else {}
 
     def _wait_ready(self, timeout: float = 90) -> None:
@@ -187,7 +198,9 @@ class LabServer:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(notebook))
         session = self.api(
-            "POST", "api/sessions", {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}}
+            "POST",
+            "api/sessions",
+            {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}},
         )
         return session["kernel"]["id"]
 
@@ -218,8 +231,9 @@ def open_lab(page, server: LabServer, path: str = "lab") -> None:
     page.evaluate("() => window.jupyterapp.restored")
 
 
-def run_page_until(page, what: str, done: Callable[[], bool], timeout_s: float = 30,
-                   event: str = "request") -> None:
+def run_page_until(
+    page, what: str, done: Callable[[], bool], timeout_s: float = 30, event: str = "request"
+) -> None:
     """Let the page run until ``done()`` holds, looking again at each ``event`` it fires (what the
     test records comes from its requests); fail naming ``what`` after ``timeout_s``."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -240,7 +254,6 @@ def open_gpu_panel(page) -> None:
     page.wait_for_selector("#jupyter-gpu-panel", state="visible")
 
 
-
 @contextlib.contextmanager
 def allocator_stats_published(server: LabServer, kernel_id: str, pid: int, devices: list[dict]):
     """Stand in for the kernel agent (which needs CUDA): keep the kernel's allocator stats file
@@ -250,8 +263,14 @@ def allocator_stats_published(server: LabServer, kernel_id: str, pid: int, devic
 
     def publish() -> None:
         while True:
-            doc = {"version": 1, "kernel_id": kernel_id, "pid": pid, "time": time.time(),
-                   "cuda_in_use": True, "devices": devices}
+            doc = {
+                "version": 1,
+                "kernel_id": kernel_id,
+                "pid": pid,
+                "time": time.time(),
+                "cuda_in_use": True,
+                "devices": devices,
+            }
             tmp = path.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:

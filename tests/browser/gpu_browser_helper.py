@@ -4,6 +4,7 @@ subprocess, so they reach the simulated NVML through this route instead).
 
 Loaded only by tests/browser/conftest.py; never shipped (it lives outside the package).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,12 +1,12 @@
 """%gpu_monitor in real JupyterLab: the widget renders and moves, and clearing the output (which
 only the front end knows about) stops the kernel's monitor thread. NVML is simulated in the kernel."""
+
 from __future__ import annotations
 
 import json
 import time
 
 import pytest
-
 from browser_support import (  # noqa: F401  (fixtures are used by name)
     READINGS,
     SCREENSHOTS,
@@ -55,8 +55,10 @@ def _threads(page) -> str:
 def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_factory):
     lab = lab_factory()
     notebook = {
-        "cells": [{"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
-                  for s in CELLS],
+        "cells": [
+            {"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
+            for s in CELLS
+        ],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -66,7 +68,8 @@ def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     page.wait_for_function(
         "() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'",
-        timeout=60_000)
+        timeout=60_000,
+    )
     _run_cell(page, 0)
     _run_cell(page, 1)
     output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")

@@ -1,25 +1,25 @@
 """The GPU sidebar panel and status-bar item in a real JupyterLab, fed by the simulated backend
 (replaying tests/fixtures/nvml_readings_2gpu.json: two H200s), under a non-root base_url as on
 JupyterHub."""
+
 from __future__ import annotations
 
 import re
 import time
 
 import pytest
-
 from browser_support import (  # noqa: F401  (fixtures are used by name)
+    allocator_stats_published,
     chromium,
     jp_asyncio_loop,
     jp_server_cleanup,
     lab_factory,
-    page,
-    screenshots_folder,
-    allocator_stats_published,
     open_gpu_panel,
     open_lab,
+    page,
     run_page_until,
     screenshot,
+    screenshots_folder,
 )
 
 pytestmark = pytest.mark.browser
@@ -119,7 +119,9 @@ def test_status_bar_shows_busiest_gpu_and_opens_the_panel(page, lab):
 
 def test_kernel_memory_is_listed_by_notebook_and_opens_it(page, lab):
     kernel_id = lab.start_notebook_kernel("course/week1/train.ipynb")
-    attached = lab.api("POST", "api/gpu-test/attach", {"kernel_id": kernel_id, "gpu_index": 1, "bytes": 2 * GIB})
+    attached = lab.api(
+        "POST", "api/gpu-test/attach", {"kernel_id": kernel_id, "gpu_index": 1, "bytes": 2 * GIB}
+    )
     open_lab(page, lab)
     open_gpu_panel(page)
 
@@ -139,11 +141,18 @@ def test_kernel_memory_is_listed_by_notebook_and_opens_it(page, lab):
 
     # allocator figures as the kernel agent publishes them (PyTorch's UUID has no GPU- prefix)
     device = {
-        "index": 0, "uuid": "d57917b3-7a1d-3f45-579e-d0c856ed9f9d",
-        "allocated_bytes": 3 * GIB // 2, "reserved_bytes": 2 * GIB, "active_bytes": 3 * GIB // 2,
-        "requested_bytes": 3 * GIB // 2, "inactive_split_bytes": GIB // 4,
-        "reserved_unallocated_bytes": GIB // 2, "num_alloc_retries": 0, "num_ooms": 1,
-        "peak_allocated_bytes": 2 * GIB, "fragmentation": 0.125,
+        "index": 0,
+        "uuid": "d57917b3-7a1d-3f45-579e-d0c856ed9f9d",
+        "allocated_bytes": 3 * GIB // 2,
+        "reserved_bytes": 2 * GIB,
+        "active_bytes": 3 * GIB // 2,
+        "requested_bytes": 3 * GIB // 2,
+        "inactive_split_bytes": GIB // 4,
+        "reserved_unallocated_bytes": GIB // 2,
+        "num_alloc_retries": 0,
+        "num_ooms": 1,
+        "peak_allocated_bytes": 2 * GIB,
+        "fragmentation": 0.125,
     }
     with allocator_stats_published(lab, kernel_id, attached["pid"], [device]):
         allocator = value(row, "allocator")
@@ -205,7 +214,9 @@ def test_dark_theme(page, lab):
     open_gpu_panel(page)
     card(page, 0).wait_for()
     light = _background_luminance(page)
-    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})"
+    )
     page.wait_for_selector('body[data-jp-theme-light="false"]', state="attached")
     page.wait_for_function(
         """() => {
@@ -216,12 +227,12 @@ def test_dark_theme(page, lab):
     )
     dark = _background_luminance(page)
     assert light > 0.7 and dark < 0.3
-    text = page.evaluate(
-        "() => getComputedStyle(document.querySelector('.jp-gpu-card .jp-gpu-name')).color"
-    )
+    text = page.evaluate("() => getComputedStyle(document.querySelector('.jp-gpu-card .jp-gpu-name')).color")
     assert _luminance(text) > 0.5, f"card text is not light on dark: {text}"
     screenshot(page, "panel-simulated-dark")
-    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
+    )
     page.wait_for_selector('body[data-jp-theme-light="true"]', state="attached")
 
 
@@ -231,7 +242,9 @@ def _luminance(css_color: str) -> float:
 
 
 def _background_luminance(page) -> float:
-    return _luminance(page.evaluate("() => getComputedStyle(document.querySelector('.jp-gpu-card')).backgroundColor"))
+    return _luminance(
+        page.evaluate("() => getComputedStyle(document.querySelector('.jp-gpu-card')).backgroundColor")
+    )
 
 
 def _gaps(times: list[float]) -> list[float]:
@@ -270,8 +283,13 @@ def test_polling_pauses_while_hidden_backs_off_and_recovers(page, lab):
     assert "Cannot reach the Jupyter server" in error.inner_text()
     # Lumino's backoff draws each wait from [2 s, 3 × the last wait] (at most 30 s): without it
     # the retries come every 2 s for ever; with it, one soon waits twice as long.
-    run_page_until(page, f"a retry 4 s or more after the last (backoff); retries at intervals {_gaps(failures)}",
-                   lambda: any(gap >= 4 for gap in _gaps(failures)), timeout_s=60, event="requestfailed")
+    run_page_until(
+        page,
+        f"a retry 4 s or more after the last (backoff); retries at intervals {_gaps(failures)}",
+        lambda: any(gap >= 4 for gap in _gaps(failures)),
+        timeout_s=60,
+        event="requestfailed",
+    )
     # opening the panel asks at once (the first gap); after that, never faster than the interval
     assert min(_gaps(failures)[1:], default=2) >= 1, f"retries at intervals {_gaps(failures)}"
     screenshot(page, "panel-server-unreachable")
@@ -307,8 +325,11 @@ def test_the_open_panel_polls_at_its_intervals(page, lab):
     def times(route: str) -> list[float]:
         return [t for t, name in calls[start:] if name == route]
 
-    run_page_until(page, "2 kernels and 3 telemetry requests with the panel open",
-                   lambda: len(times("kernels")) >= 2 and len(times("telemetry")) >= 3)
+    run_page_until(
+        page,
+        "2 kernels and 3 telemetry requests with the panel open",
+        lambda: len(times("kernels")) >= 2 and len(times("telemetry")) >= 3,
+    )
     telemetry, kernels = _gaps(times("telemetry")), _gaps(times("kernels"))
     assert min(kernels) >= 4, f"kernels requested at intervals {kernels}"
     assert min(telemetry) >= 1.5, f"telemetry requested at intervals {telemetry}"

@@ -1,5 +1,6 @@
 """Runs the frontend's own unit tests (data shaping in labextension/src: formatting, history →
 chart paths, busiest GPU, who holds memory) so that `python -m pytest` covers them too."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from browser_support import REPO
 
 LABEXTENSION = REPO / "labextension"

@@ -1,22 +1,22 @@
 """A GPU in MIG mode: the badge, and whole-GPU utilisation shown as not supported with NVML's
 reason (the simulated H200 readings with MIG switched on for GPU 1)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from browser_support import (  # noqa: F401  (fixtures are used by name)
     READINGS,
     chromium,
     jp_asyncio_loop,
     jp_server_cleanup,
     lab_factory,
-    page,
-    screenshots_folder,
     open_gpu_panel,
     open_lab,
+    page,
     screenshot,
+    screenshots_folder,
 )
 
 pytestmark = pytest.mark.browser

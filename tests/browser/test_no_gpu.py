@@ -1,22 +1,22 @@
 """The panel and status bar when the server has no usable GPU: the server's reason, not an empty
 panel. Runs at the root base_url (the other module covers a JupyterHub-style prefix)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from browser_support import (  # noqa: F401  (fixtures are used by name)
     chromium,
+    has_gpu,
     jp_asyncio_loop,
     jp_server_cleanup,
     lab_factory,
-    page,
-    screenshots_folder,
-    has_gpu,
     open_gpu_panel,
     open_lab,
+    page,
     screenshot,
+    screenshots_folder,
 )
 
 pytestmark = pytest.mark.browser

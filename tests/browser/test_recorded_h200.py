@@ -5,13 +5,13 @@ tests/fixtures/h200_api/ holds the `api/gpu/*` responses recorded by the gpu-mar
 browser's requests for those routes are answered with the recordings, so the sidebar is drawn
 from real GPU figures rather than the simulated backend's.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from browser_support import (  # noqa: F401  (fixtures are used by name)
     chromium,
     jp_asyncio_loop,
@@ -56,7 +56,10 @@ def test_panel_draws_a_training_notebook_on_real_h200s(page, lab_factory):
     assert panel.locator(".jp-gpu-card").count() == len(recorded("devices")["devices"])
     assert panel.locator(".jp-gpu-simulated").count() == 0  # real readings carry no badge
     assert card.locator(".jp-gpu-name").inner_text() == "NVIDIA H200"
-    assert card.locator('[data-field="utilization_gpu_percent"]').inner_text() == f"{gpu0['utilization_gpu_percent']}%"
+    assert (
+        card.locator('[data-field="utilization_gpu_percent"]').inner_text()
+        == f"{gpu0['utilization_gpu_percent']}%"
+    )
     assert card.locator('[data-field="power_watts"]').inner_text() == f"{gpu0['power_watts']:.0f} / 700 W"
 
     trainer = kernels["kernels"][0]

@@ -4,13 +4,15 @@ argparse (through IPython's ``magic_arguments``, which turns parse errors into `
 checks the syntax; ``LaunchOptions``/``CellOptions`` check what argparse cannot, so every bad
 input ends as one ``UsageError`` line instead of a traceback from deep inside torch.
 """
+
 from __future__ import annotations
 
 import argparse
 import keyword
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
@@ -54,25 +56,38 @@ def _bundle(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 worker_arguments = _bundle(
-    argument("-n", "--nproc", type=int, default=None,
-             help="ranks on this node (default: the number of --gpus)"),
-    argument("--backend", choices=BACKENDS, default="auto",
-             help="process group backend; auto = nccl when the rank sees a GPU, else gloo"),
+    argument(
+        "-n", "--nproc", type=int, default=None, help="ranks on this node (default: the number of --gpus)"
+    ),
+    argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="process group backend; auto = nccl when the rank sees a GPU, else gloo",
+    ),
     argument("--gpus", default=None, help="comma-separated GPU indices, rank k uses the k-th"),
     argument("--amp", choices=AMP_DTYPES, default=None, help="run cells under torch.autocast"),
     argument("--nnodes", type=int, default=1, help="nodes taking part (multi-node)"),
-    argument("--node-rank", type=int, default=None,
-             help="this node's rank: static rendezvous instead of c10d"),
+    argument(
+        "--node-rank", type=int, default=None, help="this node's rank: static rendezvous instead of c10d"
+    ),
     argument("--rdzv-endpoint", default=None, help="host:port of the rendezvous (multi-node)"),
-    argument("--start-method", choices=START_METHODS, default="forkserver",
-             help="forkserver (default: a clean server with torch imported forks ranks fast) "
-                  "or spawn"),
+    argument(
+        "--start-method",
+        choices=START_METHODS,
+        default="forkserver",
+        help="forkserver (default: a clean server with torch imported forks ranks fast) or spawn",
+    ),
 )
 
 cell_arguments = _bundle(
     argument("--push", default="", help="comma-separated notebook names sent to every rank"),
-    argument("--return", dest="return_name", default=None,
-             help="name whose value every rank sends back into _ddp (rank -> value)"),
+    argument(
+        "--return",
+        dest="return_name",
+        default=None,
+        help="name whose value every rank sends back into _ddp (rank -> value)",
+    ),
     argument("--timeout", type=float, default=None, help="seconds before the ranks are stopped"),
     argument("--output", default="0", help="ranks whose output is shown: 0, 0,1, all or none"),
 )
@@ -127,7 +142,8 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         raise UsageError(
             f"-n {nproc}: at most {max_ranks()} ranks per node here (one per CPU core, at least 8, "
             f"never more than {MAX_RANKS_PER_NODE}: each rank is a process with its own torch); "
-            "use more nodes for more ranks")
+            "use more nodes for more ranks"
+        )
     if gpus is not None and nproc > len(gpus):
         raise UsageError(f"-n {nproc} needs {nproc} GPUs but --gpus lists {len(gpus)}")
     if ns.nnodes < 1:
@@ -142,7 +158,8 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         raise UsageError(
             f"--rdzv-endpoint needs {SECRET_ENV}: the same random value (32+ characters) in the "
             "environment of every node's kernel, which signs the commands and replies that cross "
-            "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'")
+            "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'"
+        )
     return WorkerOptions(
         nproc=nproc,
         backend=ns.backend,
@@ -169,8 +186,10 @@ def cell_options(ns: argparse.Namespace, world_size: int, default_return: str | 
         if too_big:
             raise UsageError(f"--output lists rank {too_big[0]} but there are {world_size} ranks")
     if ns.timeout is not None and not (0 < ns.timeout <= MAX_TIMEOUT_S):  # also refuses nan
-        raise UsageError(f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT_S:g} "
-                         f"(a week), got {ns.timeout}")
+        raise UsageError(
+            f"--timeout must be a number of seconds between 0 and {MAX_TIMEOUT_S:g} "
+            f"(a week), got {ns.timeout}"
+        )
     return_name = ns.return_name if ns.return_name is not None else default_return
     return CellOptions(
         push=push,

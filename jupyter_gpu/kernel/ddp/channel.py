@@ -8,6 +8,7 @@ pipe, never the network). The tag is checked with ``hmac.compare_digest`` *befor
 unpickled; a value that fails is dropped and reported once, never executed. Binding the key
 name stops a signed message from being replayed under another key (``cmd/7`` copied to ``cmd/8``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -95,6 +96,10 @@ class Channel:
     def _report(self, key: str) -> None:
         self.dropped += 1
         if self.dropped == 1:  # once per session: a flood must not flood the cell's output
-            print(f"jupyter_gpu ({self._who}): dropped a message under {key!r} that this session "
-                  "did not sign (another user on this machine or network writing to the "
-                  "torch.distributed store?); it was not run", file=sys.stderr, flush=True)
+            print(
+                f"jupyter_gpu ({self._who}): dropped a message under {key!r} that this session "
+                "did not sign (another user on this machine or network writing to the "
+                "torch.distributed store?); it was not run",
+                file=sys.stderr,
+                flush=True,
+            )

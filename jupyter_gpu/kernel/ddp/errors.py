@@ -5,6 +5,7 @@ numbering (the magic line counts), so its frames already carry the right numbers
 replaces that file name with IPython's ``Cell In[n]`` and takes the source lines from the cell
 the kernel holds. Frames of this package (the ``exec`` that ran the cell) are dropped.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,9 @@ class RemoteError:
 
     @property
     def summary(self) -> str:
-        return "".join(self.exception_only).strip().splitlines()[-1] if self.exception_only else self.type_name
+        return (
+            "".join(self.exception_only).strip().splitlines()[-1] if self.exception_only else self.type_name
+        )
 
 
 def _internal(filename: str) -> bool:

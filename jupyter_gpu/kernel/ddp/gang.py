@@ -17,6 +17,7 @@ reached the caller) and installs signal handlers for the whole run. Here:
 * this module polls the store and the processes every few milliseconds, so a failure is seen as
   soon as the failing rank reports it, and tears the ranks down with a short timeout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,9 +32,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from . import protocol
 from .channel import SECRET_ENV, Channel, new_secret, shared_secret
@@ -69,7 +71,6 @@ class WorkerOptions:
     start_method: str = "forkserver"
 
 
-
 def loopback_interface() -> str:
     """The network interface that holds 127.0.0.1 (``lo`` almost everywhere), for gloo and NCCL."""
     import psutil
@@ -86,8 +87,14 @@ def loopback_store() -> Any:
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    return dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=60), master_listen_fd=listener.detach())
+    return dist.TCPStore(
+        "127.0.0.1",
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=60),
+        master_listen_fd=listener.detach(),
+    )
 
 
 def host_store(conn: Any, kernel_pid: int) -> None:
@@ -114,8 +121,9 @@ class StoreHost:
         use_forkserver()
         ctx = multiprocessing.get_context("forkserver")
         self._conn, theirs = ctx.Pipe()
-        self._process = ctx.Process(target=host_store, args=(theirs, os.getpid()),
-                                    name="jupyter_gpu-ddp-store", daemon=True)
+        self._process = ctx.Process(
+            target=host_store, args=(theirs, os.getpid()), name="jupyter_gpu-ddp-store", daemon=True
+        )
         self._process.start()
         theirs.close()
         if not self._conn.poll(start_timeout):
@@ -222,9 +230,13 @@ class Collected:
 class Gang:
     """The local ranks of one rendezvous run."""
 
-    def __init__(self, options: WorkerOptions, entrypoint: Callable[..., Any] | str,
-                 args: Callable[[str, bytes], tuple[Any, ...]],
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        options: WorkerOptions,
+        entrypoint: Callable[..., Any] | str,
+        args: Callable[[str, bytes], tuple[Any, ...]],
+        env: dict[str, str] | None = None,
+    ) -> None:
         """``args(session_id, secret)`` gives the entry point's arguments (the same for every
         rank); ``env`` is added to every rank's environment."""
         self.options = options
@@ -271,14 +283,21 @@ class Gang:
         n = opts.nproc
         if self.single_node:
             self._host = StoreHost()
-            tcp = dist.TCPStore("127.0.0.1", self._host.port, is_master=False,
-                                timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S))
+            tcp = dist.TCPStore(
+                "127.0.0.1",
+                self._host.port,
+                is_master=False,
+                timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
+            )
             node_rank, nodes = 0, 1
-            store_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self._host.port),
-                         "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
-                         "TORCHELASTIC_USE_AGENT_STORE": "True",
-                         "GLOO_SOCKET_IFNAME": loopback_interface(),
-                         "NCCL_SOCKET_IFNAME": loopback_interface()}
+            store_env = {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(self._host.port),
+                "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
+                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                "GLOO_SOCKET_IFNAME": loopback_interface(),
+                "NCCL_SOCKET_IFNAME": loopback_interface(),
+            }
         else:
             tcp, node_rank, nodes, store_env = self._rendezvous()
         self.ranks = [node_rank * n + i for i in range(n)]
@@ -305,8 +324,9 @@ class Gang:
                 start_method=opts.start_method,
             )
         self._stderr = {self.ranks[i]: self._pcontext.stderrs[i] for i in range(n)}
-        self.pump = LogPump({self.ranks[i]: (self._pcontext.stdouts[i], self._pcontext.stderrs[i])
-                             for i in range(n)})
+        self.pump = LogPump(
+            {self.ranks[i]: (self._pcontext.stdouts[i], self._pcontext.stderrs[i]) for i in range(n)}
+        )
         self.pump.start()
 
     def _rendezvous(self) -> tuple[Any, int, int, dict[str, str]]:
@@ -317,40 +337,56 @@ class Gang:
 
         opts = self.options
         if opts.node_rank is not None:
-            params = RendezvousParameters("static", opts.rdzv_endpoint or "", "jupyter_gpu",
-                                          opts.nnodes, opts.nnodes, rank=opts.node_rank)
+            params = RendezvousParameters(
+                "static",
+                opts.rdzv_endpoint or "",
+                "jupyter_gpu",
+                opts.nnodes,
+                opts.nnodes,
+                rank=opts.node_rank,
+            )
         else:
-            params = RendezvousParameters("c10d", opts.rdzv_endpoint or "", "jupyter_gpu",
-                                          opts.nnodes, opts.nnodes)
+            params = RendezvousParameters(
+                "c10d", opts.rdzv_endpoint or "", "jupyter_gpu", opts.nnodes, opts.nnodes
+            )
         with quiet_torch_logs():
             self._handler = get_rendezvous_handler(params)
             info = self._handler.next_rendezvous()
         boot = info.bootstrap_store_info
-        tcp = dist.TCPStore(boot.master_addr, boot.master_port, is_master=False,
-                            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S))
-        env = {"MASTER_ADDR": boot.master_addr, "MASTER_PORT": str(boot.master_port),
-               "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
-               "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store)}
+        tcp = dist.TCPStore(
+            boot.master_addr,
+            boot.master_port,
+            is_master=False,
+            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
+        )
+        env = {
+            "MASTER_ADDR": boot.master_addr,
+            "MASTER_PORT": str(boot.master_port),
+            "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
+            "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
+        }
         return tcp, info.rank, info.world_size, env
 
     def _env(self, local_rank: int, group: dict[str, str]) -> dict[str, str]:
         opts = self.options
         env = dict(os.environ)  # %env changes must reach ranks started by an older forkserver
-        env.update({
-            "RANK": str(self.ranks[local_rank]),
-            "LOCAL_RANK": str(local_rank),
-            "ROLE_RANK": str(self.ranks[local_rank]),
-            "ROLE_NAME": "default",
-            "LOCAL_WORLD_SIZE": str(opts.nproc),
-            "WORLD_SIZE": str(self.world_size),
-            "ROLE_WORLD_SIZE": str(self.world_size),
-            "TORCHELASTIC_RESTART_COUNT": "0",
-            "TORCHELASTIC_MAX_RESTARTS": "0",
-            **group,
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
-            "JUPYTER_GPU_KERNEL_PID": str(os.getpid()),
-            **self._extra_env,
-        })
+        env.update(
+            {
+                "RANK": str(self.ranks[local_rank]),
+                "LOCAL_RANK": str(local_rank),
+                "ROLE_RANK": str(self.ranks[local_rank]),
+                "ROLE_NAME": "default",
+                "LOCAL_WORLD_SIZE": str(opts.nproc),
+                "WORLD_SIZE": str(self.world_size),
+                "ROLE_WORLD_SIZE": str(self.world_size),
+                "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0",
+                **group,
+                "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+                "JUPYTER_GPU_KERNEL_PID": str(os.getpid()),
+                **self._extra_env,
+            }
+        )
         if "OMP_NUM_THREADS" not in os.environ and opts.nproc > 1:
             env["OMP_NUM_THREADS"] = "1"  # what torchrun does, so throughput matches it
         if opts.gpus is not None:
@@ -366,8 +402,13 @@ class Gang:
         self.channel.put(protocol.cmd_key(seq), cmd)
         return seq
 
-    def collect(self, seq: int, deadline: float | None = None, stop_on_error: bool = True,
-                got: Collected | None = None) -> Collected:
+    def collect(
+        self,
+        seq: int,
+        deadline: float | None = None,
+        stop_on_error: bool = True,
+        got: Collected | None = None,
+    ) -> Collected:
         """Wait for the replies to ``seq`` while watching the processes.
 
         Fills ``got`` in place, so a caller that catches KeyboardInterrupt keeps what arrived.
@@ -423,8 +464,7 @@ class Gang:
         store = self._abort.store
         if not store.check([protocol.ABORT_KEY]):
             return False
-        return self._abort.abort_is_genuine(protocol.ABORT_KEY, store.get(protocol.ABORT_KEY),
-                                            self._started)
+        return self._abort.abort_is_genuine(protocol.ABORT_KEY, store.get(protocol.ABORT_KEY), self._started)
 
     def forget(self, seq: int) -> None:
         """Drop a finished command's keys so a long session does not grow the store."""
@@ -451,16 +491,23 @@ class Gang:
             self.return_values = {self.ranks[i]: v for i, v in result.return_values.items()}
             return None
         # The first failure that is not a teardown signal of ours is the cause.
-        failures = sorted(result.failures.values(),
-                          key=lambda f: (f.exitcode == -signal.SIGTERM, f.timestamp))
+        failures = sorted(
+            result.failures.values(), key=lambda f: (f.exitcode == -signal.SIGTERM, f.timestamp)
+        )
         first = failures[0]
         rank = self.ranks[first.local_rank]
         sig = first.signal_name() if first.exitcode < 0 else None
         message = ""  # elastic's error file: written by record() for Python errors only
         if isinstance(first.message, dict):
             message = first.message.get("extraInfo", {}).get("py_callstack", "")
-        return Death(rank, first.pid, first.exitcode, sig if sig != "<N/A>" else None,
-                     message, tail(self._stderr.get(rank, "")))
+        return Death(
+            rank,
+            first.pid,
+            first.exitcode,
+            sig if sig != "<N/A>" else None,
+            message,
+            tail(self._stderr.get(rank, "")),
+        )
 
     def wait_for_exit(self, deadline: float | None) -> Death | None:
         """Until every rank exited (None when all with 0), one died, or ``deadline`` passed."""

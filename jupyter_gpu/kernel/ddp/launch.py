@@ -1,11 +1,13 @@
 """One-shot ``%%ddp_launch`` (a cell on N fresh ranks) and its line form (a script, like torchrun)."""
+
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from IPython.core.error import UsageError
 
@@ -29,7 +31,9 @@ def pack(user_ns: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, bytes]
             objects[name] = cloudpickle.dumps(user_ns[name])
         except Exception as exc:
             msg = f"cannot send {name!r} to the ranks: {type(exc).__name__}: {exc}"
-            raise DDPError(msg, [msg + "\n", "Create it inside the cell, or push what it is made from.\n"]) from None
+            raise DDPError(
+                msg, [msg + "\n", "Create it inside the cell, or push what it is made from.\n"]
+            ) from None
     return objects
 
 
@@ -52,14 +56,18 @@ def cell_gang(options: WorkerOptions) -> Gang:
     from . import worker
 
     def args(session: str, secret: bytes) -> tuple[Any, ...]:
-        return (WorkerConfig(session, secret, os.getpid(), options.backend, options.amp,
-                             list(sys.path), os.getcwd()),)
+        return (
+            WorkerConfig(
+                session, secret, os.getpid(), options.backend, options.amp, list(sys.path), os.getcwd()
+            ),
+        )
 
     return Gang(options, worker.main, args)
 
 
-def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: dict[str, bytes],
-             label: str) -> dict[int, Any]:
+def run_cell(
+    options: WorkerOptions, cell: CellOptions, source: str, objects: dict[str, bytes], label: str
+) -> dict[int, Any]:
     """Run ``source`` on fresh ranks; return rank -> value of ``cell.return_name``."""
     import cloudpickle
 
@@ -67,8 +75,7 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
     target = CellStreams()
     deadline = time.monotonic() + cell.timeout if cell.timeout else None
     gang = cell_gang(options)
-    command = Command("cell", source=source, line_offset=1, objects=objects,
-                      return_name=cell.return_name)
+    command = Command("cell", source=source, line_offset=1, objects=objects, return_name=cell.return_name)
     try:
         gang.start(preset=[command])  # queued before the ranks exist: no extra round trip
         assert gang.pump is not None
@@ -78,11 +85,13 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
             if report.incomplete(got, len(gang.ranks)):
                 if got.failures() and got.death is None:
                     got.death = gang.death_soon()
-                raise _give_up(gang, report.error_for(got, gang.ranks, "\n" + source if seq else "",
-                                                      label, cell.timeout))
+                raise _give_up(
+                    gang, report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
+                )
         gang.stop(clean=True)
-        return {r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None
-                for r in gang.ranks}
+        return {
+            r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None for r in gang.ranks
+        }
     except DDPError:
         raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)
     except KeyboardInterrupt:
@@ -94,8 +103,13 @@ def run_cell(options: WorkerOptions, cell: CellOptions, source: str, objects: di
             gang.stop(clean=False, wait=False)
 
 
-def run_script(options: WorkerOptions, script: str, script_args: list[str],
-               output: tuple[int, ...] | None, timeout: float | None) -> None:
+def run_script(
+    options: WorkerOptions,
+    script: str,
+    script_args: list[str],
+    output: tuple[int, ...] | None,
+    timeout: float | None,
+) -> None:
     """Run ``python script args`` on every rank with torchrun's environment."""
     if not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
@@ -104,10 +118,19 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
     # The ranks run `python -m` this package's runner: make it importable however the kernel found it.
     root = str(Path(__file__).resolve().parents[3])
     pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-    gang = Gang(options, sys.executable,
-                lambda session, secret: ("-u", "-m", "jupyter_gpu.kernel.ddp.script", kernel_pid,
-                                 script, *script_args),
-                env={"PYTHONPATH": pythonpath})
+    gang = Gang(
+        options,
+        sys.executable,
+        lambda session, secret: (
+            "-u",
+            "-m",
+            "jupyter_gpu.kernel.ddp.script",
+            kernel_pid,
+            script,
+            *script_args,
+        ),
+        env={"PYTHONPATH": pythonpath},
+    )
     deadline = time.monotonic() + timeout if timeout else None
     try:
         gang.start()
@@ -119,8 +142,9 @@ def run_script(options: WorkerOptions, script: str, script_args: list[str],
             gang.stop(clean=False, wait=False)
             raise report.error_for(Collected(expired=True), gang.ranks, "", "", timeout) from None
         if death is not None:
-            raise _give_up(gang, report.error_for(Collected(death=death), gang.ranks, "", "",
-                                                  None, stopped=False))
+            raise _give_up(
+                gang, report.error_for(Collected(death=death), gang.ranks, "", "", None, stopped=False)
+            )
         gang.stop(clean=False)
     except DDPError:
         raise  # ours, already explained (DDPInterrupted is a KeyboardInterrupt too)

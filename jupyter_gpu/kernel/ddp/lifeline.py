@@ -4,6 +4,7 @@ Two independent guards: ``PR_SET_PDEATHSIG`` (Linux; fires when the *parent* die
 forkserver for forkserver-started ranks, and the forkserver exits when the kernel does) and a
 daemon thread blocked on a pidfd of the kernel (falls back to polling where pidfds do not exist).
 """
+
 from __future__ import annotations
 
 import ctypes

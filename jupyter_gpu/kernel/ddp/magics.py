@@ -1,10 +1,12 @@
 """The ddp magics. Importing this module imports no torch; the magics import it when they run."""
+
 from __future__ import annotations
 
 import argparse
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -92,8 +94,10 @@ class DDPMagics(Magics):
         session.start()
         self.session = session
         info = session.info[min(session.info)]
-        print(f"{len(session.info)} ranks ready ({info['backend']} on {info['device'].split(':')[0]}) "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"{len(session.info)} ranks ready ({info['backend']} on {info['device'].split(':')[0]}) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
 
     @magic_arguments()
     @cell_arguments
@@ -136,8 +140,11 @@ class DDPMagics(Magics):
     @line_magic
     def ddp_status(self, line: str) -> None:
         """Show the persistent ranks: pids, devices, cells run, where their logs are."""
-        print(self.session.status() if self.session is not None else
-              "No DDP session; start one with %ddp_start -n N")
+        print(
+            self.session.status()
+            if self.session is not None
+            else "No DDP session; start one with %ddp_start -n N"
+        )
 
     @line_magic
     def ddp_stop(self, line: str) -> None:

@@ -7,6 +7,7 @@ otherwise to whatever cell ran last; so the header is captured on the main threa
 starts and set around every write. Output that arrives after the cell ends (a rank's
 background thread, a persistent session between cells) still lands in that cell.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -70,8 +71,11 @@ class LogPump:
 
     def __init__(self, logs: dict[int, tuple[str, str]]) -> None:
         """``logs``: global rank -> (stdout path, stderr path)."""
-        self._logs = [_Log(rank, name, path) for rank, paths in sorted(logs.items())
-                      for name, path in zip(("stdout", "stderr"), paths)]
+        self._logs = [
+            _Log(rank, name, path)
+            for rank, paths in sorted(logs.items())
+            for name, path in zip(("stdout", "stderr"), paths)
+        ]
         self._lock = threading.Lock()
         self._target: CellStreams | None = None
         self._shown: tuple[int, ...] | None = (0,)

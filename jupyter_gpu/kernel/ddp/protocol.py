@@ -9,6 +9,7 @@ so the doorbell is only a hint and a reply counts only when its signature holds.
 pickles of these dataclasses; notebook objects inside them are cloudpickled separately so one
 bad object can be named.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Turn what came back from the ranks into the one exception the notebook cell shows."""
+
 from __future__ import annotations
 
 from .errors import DDPError, DDPInterrupted, render
@@ -15,8 +16,14 @@ def incomplete(got: Collected, expected: int) -> bool:
     return bool(got.failures()) or len(got.replies) < expected
 
 
-def error_for(got: Collected, ranks: list[int], cell_source: str, label: str,
-              timeout: float | None, stopped: bool = True) -> DDPError:
+def error_for(
+    got: Collected,
+    ranks: list[int],
+    cell_source: str,
+    label: str,
+    timeout: float | None,
+    stopped: bool = True,
+) -> DDPError:
     """Explain why ``got`` is not a full set of successful replies (the ranks are already down)."""
     dead = got.death.rank if got.death is not None else None
     silent = [r for r in ranks if r not in got.replies and r != dead]
@@ -28,9 +35,11 @@ def error_for(got: Collected, ranks: list[int], cell_source: str, label: str,
         if death.exception is not None:
             # It raised: what it raised comes first, however the process then ended (a
             # library's threads can still turn a plain exit into SIGABRT).
-            lines = [f"Error on rank {death.rank} (pid {death.pid}):\n",
-                     death.message.rstrip("\n") + "\n",
-                     f"(rank {death.rank} then {death.ending})\n"]
+            lines = [
+                f"Error on rank {death.rank} (pid {death.pid}):\n",
+                death.message.rstrip("\n") + "\n",
+                f"(rank {death.rank} then {death.ending})\n",
+            ]
             return DDPError(f"rank {death.rank}: {death.exception}", lines + others + tail_note)
         lines = [death.describe() + "\n"]
         if death.stderr_tail:  # a signal or a plain exit: its last words are the best clue

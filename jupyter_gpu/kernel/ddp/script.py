@@ -3,6 +3,7 @@ form of ``%ddp_launch``. Runs SCRIPT as ``__main__`` the way ``torchrun`` would,
 the kernel, leaves elastic's error file with a traceback that starts at the script, and takes
 down the process group the script left up before the interpreter shuts down.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -18,13 +19,16 @@ from .lifeline import bind_to_kernel
 RELEASE_TIMEOUT = 2.0  # seconds a left-over process group may take to go before the rank exits
 
 
-
 def _write_error_file(exc: BaseException, text: str) -> None:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
-    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))}}}
+    data = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))},
+        }
+    }
     with open(path, "w") as handle:
         json.dump(data, handle)
 

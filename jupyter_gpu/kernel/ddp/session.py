@@ -7,6 +7,7 @@ never join), where no Python signal handler can run: then all ranks are stopped 
 waits for ``%ddp_restart``, because a process group with a half-finished collective cannot be
 trusted (NCCL state in particular).
 """
+
 from __future__ import annotations
 
 import time
@@ -82,8 +83,9 @@ class Session:
         self.stop()
         self.start()
 
-    def run(self, command: Command, cell: CellOptions, cell_source: str = "",
-            label: str = "") -> dict[int, Reply]:
+    def run(
+        self, command: Command, cell: CellOptions, cell_source: str = "", label: str = ""
+    ) -> dict[int, Reply]:
         """Send ``command`` to every rank and return their replies, or raise what went wrong."""
         gang = self._running()
         assert gang.pump is not None
@@ -113,8 +115,9 @@ class Session:
             gang.forget(seq)
         raise self._error(got, gang, stuck, interrupted, cell, cell_source, label)
 
-    def _settle(self, gang: Gang, seq: int, got: Collected, stopping: bool,
-                grace_end: float | None) -> list[int]:
+    def _settle(
+        self, gang: Gang, seq: int, got: Collected, stopping: bool, grace_end: float | None
+    ) -> list[int]:
         """After a failure, interrupt or timeout, bring every rank back to idle or stop them all.
 
         ``grace_end``: when a timed-out cell's ranks must have answered the interrupt. Returns
@@ -148,18 +151,31 @@ class Session:
     @staticmethod
     def _down_reason(got: Collected, stuck: list[int]) -> str:
         if stuck:
-            return (f"{report.ranks_text(stuck)} did not respond (blocked in a collective?), "
-                    "so all ranks were stopped")
+            return (
+                f"{report.ranks_text(stuck)} did not respond (blocked in a collective?), "
+                "so all ranks were stopped"
+            )
         if got.death is not None:
             return got.death.describe() + "; the other ranks were stopped"
         if got.aborted:
             return "the ranks of another node failed; this node's ranks were stopped"
         return "the ranks exited"
 
-    def _error(self, got: Collected, gang: Gang, stuck: list[int], interrupted: bool,
-               cell: CellOptions, cell_source: str, label: str) -> DDPError:
-        restart = ("\nThe ranks are gone (their variables too): %ddp_restart starts fresh ones.\n"
-                   if gang.closed else "")
+    def _error(
+        self,
+        got: Collected,
+        gang: Gang,
+        stuck: list[int],
+        interrupted: bool,
+        cell: CellOptions,
+        cell_source: str,
+        label: str,
+    ) -> DDPError:
+        restart = (
+            "\nThe ranks are gone (their variables too): %ddp_restart starts fresh ones.\n"
+            if gang.closed
+            else ""
+        )
         real = [r for r in got.failures() if not r.interrupted]
         if real or got.death is not None or got.aborted:
             err = report.error_for(got, gang.ranks, cell_source, label, cell.timeout, stopped=False)
@@ -176,16 +192,20 @@ class Session:
         if stuck:
             lines.append(f"{self.down_reason}\n")
         elif not gang.closed:
-            lines.append("The ranks kept their variables. If one was inside a collective, the "
-                         "process group may hang from now on: %ddp_restart.\n")
+            lines.append(
+                "The ranks kept their variables. If one was inside a collective, the "
+                "process group may hang from now on: %ddp_restart.\n"
+            )
         return DDPInterrupted(what, lines + [restart])
 
     def _running(self) -> Gang:
         """The live gang, or the error that says why there is none."""
         if self.gang is None or self.gang.closed:
             reason = self.down_reason or "the ranks were stopped"
-            raise DDPError(f"no running ranks: {reason}",
-                           [f"No running ranks: {reason}.\n", "Run %ddp_restart to start fresh ones.\n"])
+            raise DDPError(
+                f"no running ranks: {reason}",
+                [f"No running ranks: {reason}.\n", "Run %ddp_restart to start fresh ones.\n"],
+            )
         return self.gang
 
     def push(self, objects: dict[str, bytes]) -> None:
@@ -197,28 +217,34 @@ class Session:
         import cloudpickle
 
         replies = self.run(Command("pull", names=names), CellOptions())
-        return {r: cloudpickle.loads(reply.value) for r, reply in sorted(replies.items())
-                if reply.value is not None}
+        return {
+            r: cloudpickle.loads(reply.value)
+            for r, reply in sorted(replies.items())
+            if reply.value is not None
+        }
 
-    def run_cell(self, source: str, cell: CellOptions, objects: dict[str, bytes],
-                 label: str) -> dict[int, Any] | None:
+    def run_cell(
+        self, source: str, cell: CellOptions, objects: dict[str, bytes], label: str
+    ) -> dict[int, Any] | None:
         """Run a ``%%ddp`` cell; rank -> value of ``--return`` (None when not asked for)."""
         import cloudpickle
 
         check_syntax(source, 1)
-        command = Command("cell", source=source, line_offset=1, objects=objects,
-                          return_name=cell.return_name)
+        command = Command("cell", source=source, line_offset=1, objects=objects, return_name=cell.return_name)
         replies = self.run(command, cell, "\n" + source, label)
         if cell.return_name is None:
             return None
-        return {r: cloudpickle.loads(reply.value) if reply.value else None
-                for r, reply in sorted(replies.items())}
+        return {
+            r: cloudpickle.loads(reply.value) if reply.value else None for r, reply in sorted(replies.items())
+        }
 
     def status(self) -> str:
         """What %ddp_status prints."""
         opts = self.options
-        head = (f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), "
-                f"start method {opts.start_method}")
+        head = (
+            f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), "
+            f"start method {opts.start_method}"
+        )
         if not self.alive:
             return f"{head}\n  stopped: {self.down_reason or 'the ranks are gone'}; %ddp_restart\n"
         assert self.gang is not None
@@ -226,6 +252,8 @@ class Session:
         pids = self.gang.pids()
         for rank in self.gang.ranks:
             info = self.info.get(rank, {})
-            lines.append(f"  rank {rank}: pid {pids.get(rank)}, {info.get('backend')} on "
-                         f"{info.get('device')}, host {info.get('host')}")
+            lines.append(
+                f"  rank {rank}: pid {pids.get(rank)}, {info.get('backend')} on "
+                f"{info.get('device')}, host {info.get('host')}"
+            )
         return "\n".join(lines) + "\n"

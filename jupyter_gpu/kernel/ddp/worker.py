@@ -4,10 +4,12 @@ Module-level so that spawn and the forkserver pickle it by reference (notebook f
 cannot be, which is why cells travel as text); torch is imported only inside, so the kernel
 can name this function without importing torch.
 """
+
 from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import io
 import linecache
 import os
@@ -15,9 +17,10 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from . import protocol
 from .channel import Channel
@@ -68,7 +71,9 @@ class _Rank:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
         tcp = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            is_master=False,
             timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
         )
         store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{config.session}/", tcp)
@@ -94,7 +99,7 @@ class _Rank:
                 cmd = self._next(seq)
                 if cmd.kind == "stop":
                     return
-                self._reply(seq, self._guard(lambda: self._handle(cmd)))
+                self._reply(seq, self._guard(functools.partial(self._handle, cmd)))
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -125,8 +130,9 @@ class _Rank:
         try:
             return step()
         except BaseException as exc:  # a cell may raise SystemExit or be interrupted
-            return Reply(self.rank, ok=False, error=capture(exc),
-                         interrupted=isinstance(exc, KeyboardInterrupt))
+            return Reply(
+                self.rank, ok=False, error=capture(exc), interrupted=isinstance(exc, KeyboardInterrupt)
+            )
 
     def _init(self) -> Reply:
         import torch
@@ -162,10 +168,17 @@ class _Rank:
             "WORLD_SIZE": self.world_size,
             "device": self.device,
         }
-        return Reply(self.rank, ok=True, info={
-            "pid": os.getpid(), "host": socket.gethostname(), "backend": backend,
-            "device": str(self.device), "torch": torch.__version__,
-        })
+        return Reply(
+            self.rank,
+            ok=True,
+            info={
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "backend": backend,
+                "device": str(self.device),
+                "torch": torch.__version__,
+            },
+        )
 
     def _handle(self, cmd: Command) -> Reply:
         self._load(cmd.objects)

@@ -6,6 +6,7 @@ check what it receives; the server tests validate every reply against them, and 
 TypeScript types are generated from them (``jlpm build:schema`` in labextension/). Replies are
 not validated at run time: the telemetry reply is assembled from pre-encoded samples for speed.
 """
+
 from __future__ import annotations
 
 import json
