@@ -29,7 +29,11 @@ def _shows_the_servers_reason(page, lab, name: str) -> str:
     open_gpu_panel(page)
     panel = page.locator("#jupyter-gpu-panel")
     panel.locator('[data-state="no-gpu"]').wait_for()
-    assert panel.locator('[data-field="reason"]').inner_text() == reason["reason"]
+    shown = panel.locator('[data-field="reason"]')
+    # the server's sentence, its `backticked` commands set as code rather than with backticks
+    assert shown.inner_text() == reason["reason"].replace("`", "")
+    commands = reason["reason"].split("`")[1::2]
+    assert commands and shown.locator("code").all_inner_texts() == commands
     assert panel.locator(".jp-gpu-card").count() == 0
     assert "%gpu_doctor" in panel.inner_text()
     status = page.locator(".jp-gpu-status")
