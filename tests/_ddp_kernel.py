@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,25 @@ def ddp_kernel(request: pytest.FixtureRequest) -> Kernel:
         _shared.append(Kernel())
         request.config.add_cleanup(_shared[0].close)
     return _shared[0]
+
+
+def cuda_devices() -> int:
+    """GPUs torch sees here (0 without a CUDA build): what the ``gpu`` ddp tests need."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
+@pytest.fixture(scope="module")
+def gpu_kernel() -> Iterator[Kernel]:
+    """A kernel that has used CUDA itself before any launch, as after %gpu_warmup.
+
+    Its forkserver is not started at load time, so it is started after the kernel used CUDA.
+    """
+    kernel = Kernel(JUPYTER_GPU_DDP_PRESTART="0")
+    cell = kernel.run("import torch\ntorch.zeros(1, device='cuda')\nprint(torch.cuda.is_initialized())")
+    assert cell.stdout.strip() == "True", cell.traceback
+    yield kernel
+    kernel.close()

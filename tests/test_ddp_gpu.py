@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Iterator
 
 import pytest
-from _ddp_kernel import Cell, Kernel, no_ranks_left
-
-
-def _two_gpus() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.device_count() >= 2
-
+from _ddp_kernel import Cell, Kernel, cuda_devices, gpu_kernel, no_ranks_left  # noqa: F401 - gpu_kernel is a fixture
 
 # Rank 1 dies while both ranks are queueing 256 MiB all-reduces.
 KILLED_MID_ALL_REDUCE = """\
@@ -29,20 +19,7 @@ for step in range(10_000):
 torch.cuda.synchronize()
 """
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _two_gpus(), reason="needs two CUDA GPUs")]
-
-
-@pytest.fixture(scope="module")
-def gpu_kernel() -> Iterator[Kernel]:
-    """A kernel that has used CUDA itself before any launch, as after %gpu_warmup.
-
-    Its forkserver is not started at load time, so it is started after the kernel used CUDA.
-    """
-    kernel = Kernel(JUPYTER_GPU_DDP_PRESTART="0")
-    cell = kernel.run("import torch\ntorch.zeros(1, device='cuda')\nprint(torch.cuda.is_initialized())")
-    assert cell.stdout.strip() == "True", cell.traceback
-    yield kernel
-    kernel.close()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_devices() < 2, reason="needs two CUDA GPUs")]
 
 
 def test_nccl_all_reduce_after_cuda_was_used_in_the_kernel(gpu_kernel: Kernel) -> None:

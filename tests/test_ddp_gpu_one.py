@@ -4,33 +4,13 @@ CUDA, listens on loopback only (NCCL's bootstrap included) and runs nothing a st
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Kernel, no_ranks_left
+from _ddp_kernel import Kernel, cuda_devices, gpu_kernel, no_ranks_left  # noqa: F401 - gpu_kernel is a fixture
 from test_ddp_security import LOOPBACK, Payload, attacker_store, listeners, plant, store_port
 
-
-def _a_gpu() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.device_count() >= 1
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _a_gpu(), reason="needs a CUDA GPU")]
-
-
-@pytest.fixture(scope="module")
-def gpu_kernel() -> Iterator[Kernel]:
-    """A kernel that used CUDA before any launch, its forkserver started only afterwards."""
-    kernel = Kernel(JUPYTER_GPU_DDP_PRESTART="0")
-    cell = kernel.run("import torch\ntorch.zeros(1, device='cuda')\nprint(torch.cuda.is_initialized())")
-    assert cell.stdout.strip() == "True", cell.traceback
-    yield kernel
-    kernel.close()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_devices() < 1, reason="needs a CUDA GPU")]
 
 
 def test_nccl_launch_returns_the_rank_result(gpu_kernel: Kernel) -> None:

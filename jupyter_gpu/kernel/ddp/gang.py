@@ -259,7 +259,6 @@ class Gang:
         self.pump: LogPump | None = None
         self._handler: Any = None
         self._pcontext: Any = None
-        self._shared: Any = None
         self._next_seq = 1
         self._stderr: dict[int, str] = {}
         self.closed = False  # the processes are gone (or being torn down)
@@ -290,22 +289,23 @@ class Gang:
                 timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
             )
             node_rank, nodes = 0, 1
+            lo = loopback_interface()
             store_env = {
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(self._host.port),
                 "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
                 "TORCHELASTIC_USE_AGENT_STORE": "True",
-                "GLOO_SOCKET_IFNAME": loopback_interface(),
-                "NCCL_SOCKET_IFNAME": loopback_interface(),
+                "GLOO_SOCKET_IFNAME": lo,
+                "NCCL_SOCKET_IFNAME": lo,
             }
         else:
             tcp, node_rank, nodes, store_env = self._rendezvous()
         self.ranks = [node_rank * n + i for i in range(n)]
         self.world_size = nodes * n
-        self._shared = dist.PrefixStore(f"{protocol.KEY_PREFIX}/", tcp)
         store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{self.session}/", tcp)
         self.channel = Channel(store, self.secret, self.session, "kernel")
-        self._abort = Channel(self._shared, self.secret, "abort", "kernel")
+        shared = dist.PrefixStore(f"{protocol.KEY_PREFIX}/", tcp)  # across nodes: the abort key
+        self._abort = Channel(shared, self.secret, "abort", "kernel")
         for cmd in preset:
             self.send(cmd)
 
