@@ -18,12 +18,12 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..analysis.units import format_bytes
 from .cellexec import run_source
-from .extension import unregister_magics
+from .extension import ShellMagics, unregister_magics
 from .magic_args import parse as parse_args
 
 SCALER_NAME = "amp_scaler"
@@ -138,10 +138,8 @@ def _cuda_memory(torch: Any) -> tuple[int, int]:
 
 
 @magics_class
-class AmpMagics(Magics):
+class AmpMagics(ShellMagics):
     """Mixed precision for one cell (``%%amp``) or for every cell (``%amp on``)."""
-
-    shell: InteractiveShell  # always set for magics registered on a shell
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
@@ -198,7 +196,7 @@ class AmpMagics(Magics):
         before = _cuda_memory(torch)
         start = time.perf_counter()
         with amp_scope(settings):
-            result = run_source(self.shell, cell)
+            result = run_source(self.ipython, cell)
         if on_cuda and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
@@ -229,7 +227,7 @@ class AmpMagics(Magics):
     def _offer_scaler(self, settings: AmpSettings) -> None:
         import torch
 
-        ns = self.shell.user_ns
+        ns = self.ipython.user_ns
         current = ns.get(SCALER_NAME)
         if current is not None and not any(current is s for s in self._scalers.values()):
             return
@@ -261,8 +259,8 @@ class AmpMagics(Magics):
         """Leave autocast and drop the scaler this extension put in the user namespace."""
         self.persistent = None
         self._close_scope()
-        if any(self.shell.user_ns.get(SCALER_NAME) is s for s in self._scalers.values()):
-            del self.shell.user_ns[SCALER_NAME]
+        if any(self.ipython.user_ns.get(SCALER_NAME) is s for s in self._scalers.values()):
+            del self.ipython.user_ns[SCALER_NAME]
 
 
 def register(ipython: InteractiveShell) -> Callable[[], None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any, cast
 
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics
@@ -55,10 +56,26 @@ def cell_number(ipython: InteractiveShell) -> int:
     return number if isinstance(number, int) else ipython.execution_count
 
 
+class ShellMagics(Magics):
+    """Magics registered on a shell, so ``shell`` is never None once they run.
+
+    IPython types ``Magics.shell`` as ``None`` (8.x) or optional (9.x); this is the one place
+    that says so, for both.
+    """
+
+    @property
+    def ipython(self) -> InteractiveShell:
+        shell = self.shell
+        if shell is None:
+            raise RuntimeError(f"{type(self).__name__} is not registered on a shell")
+        return shell
+
+
 def unregister_magics(ipython: InteractiveShell, magics: Magics) -> None:
     """Remove the magics of one ``Magics`` instance (IPython has no public call for this)."""
-    manager = ipython.magics_manager
-    for kind, table in magics.magics.items():
+    manager: Any = ipython.magics_manager
+    tables = cast(dict[str, dict[str, Any]], magics.magics)  # IPython 8 types it as None
+    for kind, table in tables.items():
         for name in table:
             manager.magics[kind].pop(name, None)
     manager.registry.pop(type(magics).__name__, None)

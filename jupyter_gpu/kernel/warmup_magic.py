@@ -9,14 +9,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..doctor import no_gpu_reason
 from ..warmup import Section, Step, WarmupReport, parse_devices, warm_up
 from .cellexec import run_source
-from .extension import unregister_magics
+from .extension import ShellMagics, unregister_magics
 from .magic_args import parse as parse_args
 
 
@@ -32,9 +32,7 @@ def _parse_devices(text: str | None, torch: Any) -> list[int]:
 
 
 @magics_class
-class WarmupMagics(Magics):
-    shell: InteractiveShell  # always set for magics registered on a shell
-
+class WarmupMagics(ShellMagics):
     @magic_arguments()
     @argument(
         "--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)"
@@ -85,7 +83,7 @@ class WarmupMagics(Magics):
 
         def run() -> float:
             start = time.perf_counter()
-            run_source(self.shell, cell)
+            run_source(self.ipython, cell)
             for d in devices:
                 torch.cuda.synchronize(d)
             return (time.perf_counter() - start) * 1e3

@@ -10,26 +10,24 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..extension import cell_number, unregister_magics
+from ..extension import ShellMagics, cell_number, unregister_magics
 from . import args
 from .args import cell_arguments, worker_arguments
 
 
 @magics_class
-class DDPMagics(Magics):
+class DDPMagics(ShellMagics):
     """Run notebook cells on N ranks with torch.distributed, once or in persistent workers."""
-
-    shell: InteractiveShell  # always set for magics registered on a shell
 
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.session: Any = None  # session.Session, imported lazily
 
     def _label(self) -> str:
-        return f"In[{cell_number(self.shell)}]"
+        return f"In[{cell_number(self.ipython)}]"
 
     @magic_arguments()
     @worker_arguments
@@ -70,8 +68,8 @@ class DDPMagics(Magics):
         cell_opts = args.cell_options(ns, world, "_result")
         from .launch import pack, run_cell
 
-        objects = pack(self.shell.user_ns, cell_opts.push)
-        self.shell.user_ns["_ddp"] = run_cell(options, cell_opts, cell, objects, self._label())
+        objects = pack(self.ipython.user_ns, cell_opts.push)
+        self.ipython.user_ns["_ddp"] = run_cell(options, cell_opts, cell, objects, self._label())
 
     @magic_arguments()
     @worker_arguments
@@ -114,10 +112,10 @@ class DDPMagics(Magics):
         cell_opts = args.cell_options(ns, session.gang.world_size if session.gang else 0, None)
         from .launch import pack
 
-        objects = pack(self.shell.user_ns, cell_opts.push)
+        objects = pack(self.ipython.user_ns, cell_opts.push)
         result = session.run_cell(cell, cell_opts, objects, self._label())
         if result is not None:
-            self.shell.user_ns["_ddp"] = result
+            self.ipython.user_ns["_ddp"] = result
 
     @line_magic
     def ddp_push(self, line: str) -> None:
@@ -126,7 +124,7 @@ class DDPMagics(Magics):
         session = self._session()
         from .launch import pack
 
-        session.push(pack(self.shell.user_ns, names))
+        session.push(pack(self.ipython.user_ns, names))
 
     @line_magic
     def ddp_pull(self, line: str) -> dict[Any, Any]:
