@@ -17,6 +17,7 @@ symlink to one, could name their own listener and collect the token, the hub's i
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -54,35 +55,66 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
+class Reply(NamedTuple):
+    """An HTTP answer of any status: what the doctor's probes of a server's settings look at."""
+
+    status: int
+    headers: dict[str, str]  # names lower-cased
+    body: bytes
+
+
 @dataclass(frozen=True)
 class Server:
     url: str  # base URL, base_url included, ending in "/"
     token: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+    pid: int | None = field(default=None, compare=False)  # the server's process, when discovered
 
-    def get(self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES) -> dict[str, Any]:
-        """GET ``{url}{path}`` (e.g. ``api/gpu/devices``) and return its JSON object."""
+    def send(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        authenticate: bool = True,
+        timeout: float = TIMEOUT,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> Reply:
+        """One request to ``{url}{path}``; any HTTP status is a ``Reply``, no answer a ``ServerError``.
+
+        ``authenticate=False`` leaves the token out: how a stranger's request looks to the server.
+        """
         url = self.url + path
-        request = urllib.request.Request(url)
-        if self.token:
+        request = urllib.request.Request(url, method=method, headers=headers or {})
+        if self.token and authenticate:
             request.add_unredirected_header("Authorization", f"token {self.token}")
         try:
             with _OPENER.open(request, timeout=timeout) as response:
+                status, answer = response.status, response.headers
                 body = response.read(max_bytes + 1)
         except urllib.error.HTTPError as error:
+            status, answer = error.code, error.headers
+            body = error.read(max_bytes + 1) if error.fp else b""
             error.close()
-            if 300 <= error.code < 400:
-                where = error.headers.get("Location") if error.headers else None
-                raise ServerError(
-                    f"{url} redirects to {where} (HTTP {error.code}): not followed, the token would go along",
-                    error.code,
-                ) from None
-            raise ServerError(f"{url} answered HTTP {error.code}", error.code) from None
         except (OSError, http.client.HTTPException) as error:  # URLError and timeouts included
             raise ServerError(f"cannot reach {self.url}: {getattr(error, 'reason', None) or error}") from None
         if len(body) > max_bytes:
             raise ServerError(f"{url} sent more than {format_bytes(max_bytes)}: refused")
+        return Reply(status, {k.lower(): v for k, v in (answer or {}).items()}, body)
+
+    def get(self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES) -> dict[str, Any]:
+        """GET ``{url}{path}`` (e.g. ``api/gpu/devices``) and return its JSON object."""
+        url = self.url + path
+        reply = self.send(path, timeout=timeout, max_bytes=max_bytes)
+        if 300 <= reply.status < 400:
+            raise ServerError(
+                f"{url} redirects to {reply.headers.get('location')} (HTTP {reply.status}): not followed, "
+                "the token would go along",
+                reply.status,
+            )
+        if reply.status >= 400:
+            raise ServerError(f"{url} answered HTTP {reply.status}", reply.status)
         try:
-            data = json.loads(body)
+            data = json.loads(reply.body)
         except (ValueError, RecursionError):
             raise ServerError(f"{url} did not answer with JSON") from None
         if not isinstance(data, dict):
@@ -166,7 +198,9 @@ def _read_server_file(path: Path) -> _Found | None:
         )
     except ValueError:  # e.g. a server on a UNIX socket
         return None
-    return _Found(server, pid, _resolved(root) if isinstance(root, str) and root else None)
+    return _Found(
+        dataclasses.replace(server, pid=pid), pid, _resolved(root) if isinstance(root, str) and root else None
+    )
 
 
 def _serves(pid: Any, url: str) -> bool:

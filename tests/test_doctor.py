@@ -14,7 +14,8 @@ from conftest import modules_after
 
 from jupyter_gpu.client import Server
 from jupyter_gpu.doctor import Status, diagnose, evaluate
-from jupyter_gpu.doctor.checks import arch_support, choose_build, parse_alloc_conf
+from jupyter_gpu.doctor.alloc_conf import parse_alloc_conf
+from jupyter_gpu.doctor.checks import arch_support, choose_build
 from jupyter_gpu.doctor.facts import Facts, ShmInfo, TorchInfo, gather, read_torch
 from jupyter_gpu.doctor.nvmlinfo import NvmlDevice, NvmlInfo
 from jupyter_gpu.doctor.servers import ServerProbe, probe_servers
@@ -83,6 +84,7 @@ def healthy() -> Facts:
         shm=ShmInfo(64 << 30, 60 << 30),
         distributions={"torch": "2.11.0+cu130", "nvidia-ml-py": "13.610.43"},
         servers=[ServerProbe("http://localhost:8888/api/gpu/devices", status=200)],
+        nvidia_smi="/usr/bin/nvidia-smi",
     )
 
 
@@ -349,7 +351,8 @@ def test_tf32_is_reported_with_a_hint_on_ampere_and_newer():
             "only acts when a per-process memory fraction is set",
         ),
         ("backend:cudaMallocAsync,max_split_size_mb:128", Status.WARN, "cudaMallocAsync ignores"),
-        ("max_split_mb:128", Status.WARN, "'max_split_mb' is not an allocator option"),
+        ("max_split_mb:128", Status.FAIL, "'max_split_mb' is not an allocator option"),
+        ("bogus_option:1", Status.FAIL, "'bogus_option' is not an allocator option"),
     ],
 )
 def test_allocator_config_is_parsed_as_torch_would(value, status, words):
@@ -436,7 +439,10 @@ def test_torch_missing_or_broken():
         == "No GPU: `import torch` fails: OSError: libcudnn.so.9: cannot open shared object file"
     )
     facts.torch = TorchInfo(runtime_error="the torch probe did not finish: timed out")
-    assert evaluate(facts).verdict == "No GPU: could not ask torch: the torch probe did not finish: timed out"
+    assert (  # the driver sees the GPUs: never "No GPU" for a torch that could not be asked
+        evaluate(facts).verdict
+        == "2× NVIDIA H200 found, but could not ask torch: the torch probe did not finish: timed out"
+    )
 
 
 def test_build_choice():
@@ -608,7 +614,7 @@ def test_magic_prints_json_and_text(ip, capsys, monkeypatch):
     ip.run_line_magic("gpu_doctor", "--json --no-server")
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"].startswith("No GPU: torch 2.13.0+cpu is a CPU-only build")
-    assert seen == {"check_server": False}
+    assert seen == {"check_server": False, "dataloader": None}
     ip.run_line_magic("gpu_doctor", "")
     out = capsys.readouterr().out
     assert out.startswith("No GPU: torch 2.13.0+cpu") and "[FAIL]" in out

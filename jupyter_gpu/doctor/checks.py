@@ -1,21 +1,20 @@
 """The doctor's checks: pure functions from ``Facts`` to ``Check``, each with a concrete fix.
 
-Order matters: it is the order of the checklist, and the first failing check, reading from the
-top, becomes the report's verdict, so the root causes (no torch, no driver, a CPU-only build)
-come before their consequences (``is_available()`` is False).
+The checklist's order is in ``checklist.py``.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
 from ..analysis.units import format_bytes
 from ..nvml.reasons import problem_of_kind
 from ..nvml.visible import parse_visible_devices
+from .alloc_conf import alloc_conf_errors, parse_alloc_conf
 from .facts import Facts, TorchInfo
 from .nvmlinfo import NvmlDevice
 
@@ -50,6 +49,18 @@ CUDA_BUILDS: dict[tuple[int, int], tuple[str, ...]] = {
 # Oldest driver that runs any toolkit of a CUDA major version (minor-version compatibility).
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 SHM_MIN_BYTES = 1 << 30
+SHM_FIX = (
+    "Give the container more: `docker run --shm-size=8g` (or `--ipc=host`); on Kubernetes mount an "
+    "emptyDir with `medium: Memory` at /dev/shm. Or use DataLoader(num_workers=0)."
+)
+EXPANDABLE_HINT = (
+    "For workloads whose tensor shapes vary (and fragment memory: see %gpu_mem), "
+    "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before CUDA starts lets segments grow in place."
+)
+ALLOC_CONF_FIX = (
+    "Caused by the allocator setting (see 'Allocator settings' below): correct or unset it, then restart "
+    "the kernel."
+)
 VISIBLE_FIX = (
     "Set CUDA_VISIBLE_DEVICES to GPU indices or UUIDs that exist (`nvidia-smi -L` lists them), "
     "e.g. `%env CUDA_VISIBLE_DEVICES=0`, or unset it, before CUDA starts in the kernel (or in "
@@ -137,7 +148,9 @@ def check_torch(f: Facts) -> Check:
             "PyTorch",
             Status.WARN,
             f"could not ask torch: {t.runtime_error}",
-            fix="Run `python -c 'import torch'` in this environment to see the error.",
+            fix=ALLOC_CONF_FIX
+            if alloc_conf_errors(f.env)
+            else "Run `python -c 'import torch'` in this environment to see the error.",
         )
     if not t.installed:
         return Check(
@@ -409,7 +422,9 @@ def check_cuda(f: Facts) -> Check | None:
             title,
             Status.WARN,
             f"could not ask torch whether CUDA works: {t.runtime_error}",
-            fix="Run `python -c 'import torch; print(torch.cuda.is_available())'` to see the error.",
+            fix=ALLOC_CONF_FIX
+            if alloc_conf_errors(f.env)
+            else "Run `python -c 'import torch; print(torch.cuda.is_available())'` to see the error.",
         )
     where = (
         "this kernel" if t.source == "kernel" else "a separate process (CUDA is not started in this kernel)"
@@ -422,7 +437,9 @@ def check_cuda(f: Facts) -> Check | None:
         messages.append(t.runtime_error)
     reason = messages[0] if messages else "CUDA found no device"
     fix = "Run `nvidia-smi`; fix what it reports, then restart the kernel."
-    if any("CUDA_VISIBLE_DEVICES after program start" in m for m in t.init_warnings):
+    if alloc_conf_errors(f.env):
+        fix = ALLOC_CONF_FIX
+    elif any("CUDA_VISIBLE_DEVICES after program start" in m for m in t.init_warnings):
         fix = "Restart the kernel, and set CUDA_VISIBLE_DEVICES before the first CUDA call."
     return Check(
         "cuda",
@@ -551,99 +568,21 @@ def check_tf32(f: Facts) -> Check | None:
     return Check("tf32", "TF32", Status.INFO, summary, fix=fix)
 
 
-_BOOL_OPTIONS = {
-    "expandable_segments",
-    "release_lock_on_cudamalloc",
-    "release_lock_on_hipmalloc",
-    "release_lock_on_device_malloc",
-    "pinned_use_cuda_host_register",
-    "pinned_use_hip_host_register",
-    "pinned_use_device_host_register",
-    "pinned_use_background_threads",
-    "graph_capture_record_stream_reuse",
-}
-_MB_OPTIONS = {"max_split_size_mb", "max_non_split_rounding_mb"}
-_OTHER_OPTIONS = {
-    "garbage_collection_threshold",
-    "roundup_power2_divisions",
-    "backend",
-    "pinned_num_register_threads",
-    "pinned_reserve_segment_size_mb",
-    "per_process_memory_fraction",
-}
-
-
-def _split_options(text: str) -> list[str]:
-    """Split on commas outside brackets: ``roundup_power2_divisions:[256:1,>:4]`` is one option."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += {"[": 1, "]": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    return [i.strip() for i in items + [current] if i.strip()]
-
-
-def _power_of_two(text: str) -> bool:
-    return text.isdigit() and int(text) > 0 and int(text) & (int(text) - 1) == 0
-
-
-def parse_alloc_conf(text: str) -> tuple[dict[str, str], list[str], list[str]]:
-    """(options, errors torch raises at the first CUDA allocation, doubtful settings)."""
-    options: dict[str, str] = {}
-    errors: list[str] = []
-    doubts: list[str] = []
-    for item in _split_options(text):
-        key, sep, value = (part.strip() for part in item.partition(":"))
-        if not sep or not value:
-            errors.append(f"'{key}' has no value (write key:value)")
-            continue
-        options[key] = value
-        if key in _BOOL_OPTIONS and value not in ("True", "False"):
-            (doubts if value.lower() in ("true", "false") else errors).append(
-                f"{key}:{value} must be True or False (capitalised; some torch versions reject other spellings)"
-            )
-        elif key in _MB_OPTIONS and not (value.isdigit() and int(value) >= 20):
-            errors.append(f"{key}:{value} must be a whole number of MiB, at least 20")
-        elif key == "garbage_collection_threshold" and not re.fullmatch(r"0?\.\d*[1-9]\d*", value):
-            errors.append(f"{key}:{value} must be a fraction strictly between 0 and 1")
-        elif key == "backend" and value not in ("native", "cudaMallocAsync"):
-            errors.append(f"backend:{value} must be native or cudaMallocAsync")
-        elif key in ("roundup_power2_divisions", "pinned_num_register_threads") and not (
-            value.startswith("[") or _power_of_two(value)
-        ):
-            errors.append(f"{key}:{value} must be a power of two")
-        elif key not in _BOOL_OPTIONS | _MB_OPTIONS | _OTHER_OPTIONS:
-            doubts.append(
-                f"'{key}' is not an allocator option this check knows; torch stops at unknown ones "
-                "with 'Unrecognized key'"
-            )
-    if "garbage_collection_threshold" in options and "per_process_memory_fraction" not in options:
-        doubts.append(
-            "garbage_collection_threshold only acts when a per-process memory fraction is set "
-            "(torch.cuda.set_per_process_memory_fraction)"
-        )
-    native_only = {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"}
-    if options.get("backend") == "cudaMallocAsync" and native_only & options.keys():
-        doubts.append(
-            "backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and "
-            "garbage_collection_threshold"
-        )
-    return options, errors, doubts
-
-
 def check_alloc_conf(f: Facts) -> Check | None:
-    if not _cuda_build(f):
-        return None
+    """Read from the text alone, so it speaks even when torch could not be asked (a bad key can
+    stop torch before it answers)."""
     title = "Allocator settings"
     values = {k: f.env[k] for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if f.env.get(k)}
     if not values:
+        if not _cuda_build(f):
+            return None
         return Check(
-            "alloc_conf", title, Status.OK, "PYTORCH_CUDA_ALLOC_CONF not set: default caching allocator"
+            "alloc_conf",
+            title,
+            Status.OK,
+            "PYTORCH_CUDA_ALLOC_CONF not set: default caching allocator",
+            detail=EXPANDABLE_HINT,
         )
-    fix = "Correct the variable in the kernel's environment, then restart the kernel."
     if len(set(values.values())) > 1:
         return Check(
             "alloc_conf",
@@ -654,7 +593,12 @@ def check_alloc_conf(f: Facts) -> Check | None:
             fix="Keep only one of them, then restart the kernel.",
         )
     name, text = next(iter(values.items()))
-    _, errors, doubts = parse_alloc_conf(text)
+    options, errors, doubts = parse_alloc_conf(text)
+    fix = (
+        f"Correct or unset {name} in the kernel's environment (`%env {name}=` before torch starts, "
+        "or the kernel spec's `env`), then restart the kernel. Options: "
+        "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+    )
     if errors:
         return Check(
             "alloc_conf",
@@ -668,7 +612,16 @@ def check_alloc_conf(f: Facts) -> Check | None:
         return Check(
             "alloc_conf", title, Status.WARN, f"{name}={text}: {doubts[0]}", fix=fix, detail="\n".join(doubts)
         )
-    return Check("alloc_conf", title, Status.OK, f"{name}={text}")
+    if options.get("expandable_segments") == "True":
+        return Check(
+            "alloc_conf",
+            title,
+            Status.OK,
+            f"{name}={text}: segments grow in place, so varying shapes fragment memory less",
+            detail="The allocator's split statistics read 0 by design; %gpu_mem computes fragmentation "
+            "from the snapshot.",
+        )
+    return Check("alloc_conf", title, Status.OK, f"{name}={text}", detail=EXPANDABLE_HINT)
 
 
 def check_module_loading(f: Facts) -> Check | None:
@@ -684,12 +637,10 @@ def check_module_loading(f: Facts) -> Check | None:
     )
 
 
-def check_shm(f: Facts) -> Check:
+def check_shm(f: Facts) -> Check | None:
+    """The rule of thumb (1 GiB); a DataLoader the user described is checked against its own need."""
     title = "/dev/shm"
-    fix = (
-        "Give the container more: `docker run --shm-size=8g` (or `--ipc=host`); on Kubernetes mount an "
-        "emptyDir with `medium: Memory` at /dev/shm. Or use DataLoader(num_workers=0)."
-    )
+    fix = SHM_FIX
     if f.shm is None:
         return Check(
             "shm",
@@ -698,6 +649,8 @@ def check_shm(f: Facts) -> Check:
             "/dev/shm is missing: DataLoader workers (num_workers > 0) pass batches through it",
             fix=fix,
         )
+    if f.dataloader is not None:
+        return None
     total, free = f.shm.total_bytes, f.shm.free_bytes
     if total < SHM_MIN_BYTES:
         return Check(
@@ -784,28 +737,3 @@ def check_server(f: Facts) -> Check | None:
         what,
         fix="A stopped server may have left its runtime file behind; `jupyter server list` shows which run.",
     )
-
-
-CHECKS: tuple[Callable[[Facts], Check | None], ...] = (
-    check_torch,
-    check_driver,
-    check_build,
-    check_driver_cuda,
-    check_visible_devices,
-    check_arch,
-    check_cuda,
-    check_ecc,
-    check_mig,
-    check_alloc_conf,
-    check_cudnn,
-    check_nccl,
-    check_tf32,
-    check_module_loading,
-    check_shm,
-    check_nvml_package,
-    check_server,
-)
-
-
-def run_checks(facts: Facts) -> list[Check]:
-    return [c for c in (check(facts) for check in CHECKS) if c is not None]

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..report import Report, Reportable, Row, Section
-from .checks import Check, Status, count_names, run_checks
+from .checklist import run_checks
+from .checks import Check, Status, count_names
 from .facts import Facts
 
 _SEVERITY = {Status.OK: 0, Status.INFO: 1, Status.WARN: 2, Status.FAIL: 3}
@@ -70,4 +71,9 @@ def evaluate(facts: Facts) -> Diagnosis:
         return Diagnosis(checks, verdict, True, None, facts)
     primary = (fails or warns)[0] if fails or warns else None
     reason = primary.summary if primary else "torch reports no usable GPU"
+    unanswered = t.installed is None or (t.runtime_probed and t.available is None)
+    if unanswered and facts.nvml.error_kind is None and facts.nvml.devices:
+        # torch could not say; the driver sees the GPUs: the problem is not their absence
+        names = count_names(d.name for d in facts.nvml.devices)
+        return Diagnosis(checks, f"{names} found, but {reason}", False, primary, facts)
     return Diagnosis(checks, f"No GPU: {reason}", False, primary, facts)

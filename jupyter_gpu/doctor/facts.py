@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..torch_state import torch_in_use
 from . import probe
+from .netif import NetInterface, read_interfaces
 from .nvmlinfo import NvmlInfo, read_nvml
 from .servers import ServerProbe, probe_servers
 
@@ -36,6 +38,18 @@ RELEVANT_ENV = (
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_ALLOC_CONF",
     "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "CUDA_LAUNCH_BLOCKING",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_P2P_DISABLE",
+    "NCCL_IB_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_DEBUG",
+    "TORCH_NCCL_BLOCKING_WAIT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_ASYNC_ERROR_HANDLING",  # the name before torch 2.2
+    "MASTER_ADDR",  # set to another machine: multi-node training is intended
 )
 
 
@@ -65,6 +79,7 @@ class TorchInfo:
     device_count: int | None = None
     devices: list[dict[str, Any]] = field(default_factory=list)
     init_warnings: list[str] = field(default_factory=list)
+    sharing_strategy: str | None = None  # torch.multiprocessing's, how DataLoader workers hand over tensors
     source: str = "kernel"  # where the runtime facts came from: "kernel" or "subprocess"
 
     @classmethod
@@ -79,6 +94,31 @@ class ShmInfo:
     free_bytes: int
 
 
+@dataclass(frozen=True)
+class DataLoaderPlan:
+    """What the user says their DataLoader will do, for the /dev/shm estimate."""
+
+    workers: int
+    batch_bytes: int
+    prefetch_factor: int = 2  # DataLoader's default: batches each worker keeps ready
+
+    @property
+    def shm_bytes(self) -> int:
+        """Batches in flight through /dev/shm at once."""
+        return self.workers * self.prefetch_factor * self.batch_bytes
+
+    @classmethod
+    def stated(cls, workers: int | None, batch_mib: float | None) -> DataLoaderPlan | None:
+        """From ``--workers`` and ``--batch-mib``; ValueError says what is wrong with them."""
+        if workers is None and batch_mib is None:
+            return None
+        if workers is None or batch_mib is None:
+            raise ValueError("--workers and --batch-mib go together (workers, and MiB per batch)")
+        if workers < 1 or not 0 < batch_mib < 2**30:
+            raise ValueError("--workers must be at least 1 and --batch-mib a positive size in MiB")
+        return cls(workers, int(batch_mib * 2**20))
+
+
 @dataclass
 class Facts:
     env: dict[str, str]  # only RELEVANT_ENV
@@ -89,6 +129,12 @@ class Facts:
     shm: ShmInfo | None = None
     distributions: dict[str, str] = field(default_factory=dict)
     servers: list[ServerProbe] | None = None  # None: not looked for
+    interfaces: list[NetInterface] = field(default_factory=list)
+    open_files: tuple[int, int] | None = None  # RLIMIT_NOFILE (soft, hard); -1 is unlimited
+    euid: int | None = None
+    container: str | None = None  # what says this runs in a container, e.g. "/.dockerenv"
+    nvidia_smi: str | None = None  # its path on PATH
+    dataloader: DataLoaderPlan | None = None
 
 
 def _child_facts(env: Mapping[str, str], python: str) -> dict[str, Any]:
@@ -131,6 +177,9 @@ def read_torch(
     if torch is None:
         return TorchInfo.from_dict(child)
     runtime = (
+        "cudnn_available",
+        "cudnn_version",
+        "cudnn_error",
         "runtime_probed",
         "runtime_error",
         "available",
@@ -148,6 +197,27 @@ def read_shm(path: str = "/dev/shm") -> ShmInfo | None:
     except OSError:
         return None
     return ShmInfo(st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize)
+
+
+def read_open_files() -> tuple[int, int] | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def read_container(root: Path) -> str | None:
+    """The marker that says this runs in a container, or None."""
+    for marker in ("/.dockerenv", "/run/.containerenv"):
+        if (root / marker.lstrip("/")).exists():
+            return marker
+    try:
+        cgroup = (root / "proc/1/cgroup").read_text()
+    except OSError:
+        return None
+    found = next((w for w in ("kubepods", "docker", "containerd", "libpod", "lxc") if w in cgroup), None)
+    return f"/proc/1/cgroup names {found}" if found else None
 
 
 def read_distributions(names: tuple[str, ...] = WATCHED_DISTRIBUTIONS) -> dict[str, str]:
@@ -179,6 +249,8 @@ def gather(
     shm_reader: Callable[[], ShmInfo | None] | None = None,
     distributions_reader: Callable[[], dict[str, str]] = read_distributions,
     servers_reader: Callable[[], list[ServerProbe] | None] = probe_servers,
+    interfaces_reader: Callable[[], list[NetInterface]] = read_interfaces,
+    dataloader: DataLoaderPlan | None = None,
 ) -> Facts:
     """Collect every fact once. Takes a few seconds when torch has to be asked in a child."""
     env = dict(os.environ if env is None else env)
@@ -192,4 +264,10 @@ def gather(
         shm=shm_reader() if shm_reader else read_shm(str(root / "dev/shm")),
         distributions=distributions_reader(),
         servers=servers_reader() if check_server else None,
+        interfaces=interfaces_reader(),
+        open_files=read_open_files(),
+        euid=os.geteuid() if hasattr(os, "geteuid") else None,
+        container=read_container(root),
+        nvidia_smi=shutil.which("nvidia-smi", path=env.get("PATH")),
+        dataloader=dataloader,
     )

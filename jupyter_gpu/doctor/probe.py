@@ -25,6 +25,8 @@ def _arch_list(torch: Any) -> list[str]:
 
 
 def _cudnn(torch: Any) -> dict[str, Any]:
+    """Initialises CUDA: ``cudnn.version()`` checks the cuDNN against every device's capability
+    (``get_device_capability``, which goes through ``torch.cuda._lazy_init``)."""
     try:
         return {
             "cudnn_available": bool(torch.backends.cudnn.is_available()),
@@ -62,9 +64,9 @@ def build_facts(torch: Any) -> dict[str, Any]:
         "matmul_precision": torch.get_float32_matmul_precision(),
         "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
         "cuda_initialized": bool(torch.cuda.is_initialized()),
+        "sharing_strategy": torch.multiprocessing.get_sharing_strategy(),
     }
     if torch.version.cuda:
-        facts.update(_cudnn(torch))
         facts.update(_nccl(torch))
     return facts
 
@@ -72,6 +74,8 @@ def build_facts(torch: Any) -> dict[str, Any]:
 def runtime_facts(torch: Any) -> dict[str, Any]:
     """Whether CUDA works, and the messages torch gives when it does not. Initialises CUDA."""
     facts: dict[str, Any] = {"runtime_probed": True, "runtime_error": None, "devices": []}
+    if torch.version.cuda:
+        facts.update(_cudnn(torch))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

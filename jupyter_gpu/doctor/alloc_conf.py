@@ -1,0 +1,100 @@
+"""``PYTORCH_CUDA_ALLOC_CONF`` read as torch's caching allocator reads it, without importing torch.
+
+torch parses the variable when CUDA starts and stops at the first key it does not know or value it
+cannot read; by then the kernel is running and the error looks like a broken GPU. Reading the text
+here names the key before torch ever sees it. The option table follows torch 2.9–2.13's
+``AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` parsers.
+"""
+
+from __future__ import annotations
+
+import re
+
+BOOL_OPTIONS = {
+    "expandable_segments",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "release_lock_on_device_malloc",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "pinned_use_device_host_register",
+    "pinned_use_background_threads",
+    "graph_capture_record_stream_reuse",
+}
+MB_OPTIONS = {"max_split_size_mb", "max_non_split_rounding_mb"}
+OTHER_OPTIONS = {
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "backend",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "per_process_memory_fraction",
+}
+KNOWN_OPTIONS = BOOL_OPTIONS | MB_OPTIONS | OTHER_OPTIONS
+
+
+def _split_options(text: str) -> list[str]:
+    """Split on commas outside brackets: ``roundup_power2_divisions:[256:1,>:4]`` is one option."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    return [i.strip() for i in items + [current] if i.strip()]
+
+
+def _power_of_two(text: str) -> bool:
+    return text.isdigit() and int(text) > 0 and int(text) & (int(text) - 1) == 0
+
+
+def parse_alloc_conf(text: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """(options, errors torch stops at when CUDA starts, doubtful settings); each error names its key."""
+    options: dict[str, str] = {}
+    errors: list[str] = []
+    doubts: list[str] = []
+    for item in _split_options(text):
+        key, sep, value = (part.strip() for part in item.partition(":"))
+        if not sep or not value:
+            errors.append(f"'{key}' has no value (write key:value)")
+            continue
+        options[key] = value
+        if key not in KNOWN_OPTIONS:
+            errors.append(f"'{key}' is not an allocator option: torch stops at it with 'Unrecognized key'")
+        elif key in BOOL_OPTIONS and value not in ("True", "False"):
+            (doubts if value.lower() in ("true", "false") else errors).append(
+                f"{key}:{value} must be True or False (capitalised; some torch versions reject other spellings)"
+            )
+        elif key in MB_OPTIONS and not (value.isdigit() and int(value) >= 20):
+            errors.append(f"{key}:{value} must be a whole number of MiB, at least 20")
+        elif key == "garbage_collection_threshold" and not re.fullmatch(r"0?\.\d*[1-9]\d*", value):
+            errors.append(f"{key}:{value} must be a fraction strictly between 0 and 1")
+        elif key == "backend" and value not in ("native", "cudaMallocAsync"):
+            errors.append(f"backend:{value} must be native or cudaMallocAsync")
+        elif key in ("roundup_power2_divisions", "pinned_num_register_threads") and not (
+            value.startswith("[") or _power_of_two(value)
+        ):
+            errors.append(f"{key}:{value} must be a power of two")
+    if "garbage_collection_threshold" in options and "per_process_memory_fraction" not in options:
+        doubts.append(
+            "garbage_collection_threshold only acts when a per-process memory fraction is set "
+            "(torch.cuda.set_per_process_memory_fraction)"
+        )
+    native_only = {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"}
+    if options.get("backend") == "cudaMallocAsync" and native_only & options.keys():
+        doubts.append(
+            "backend:cudaMallocAsync ignores max_split_size_mb, roundup_power2_divisions and "
+            "garbage_collection_threshold"
+        )
+    return options, errors, doubts
+
+
+def alloc_conf_errors(env: dict[str, str]) -> list[str]:
+    """The errors in whichever allocator variable is set: what other checks blame a failure on."""
+    return [
+        e
+        for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+        for e in parse_alloc_conf(env.get(name, ""))[1]
+    ]
