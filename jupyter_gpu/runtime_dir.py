@@ -10,9 +10,15 @@ meant to be private, but often is not: ``JUPYTER_RUNTIME_DIR`` on a shared disk 
 from __future__ import annotations
 
 import errno
+import json
 import os
+import re
 import stat
 import sys
+from collections.abc import Callable
+from pathlib import Path
+
+_CONNECTION_FILE = re.compile(r"kernel-(.+)\.json")
 
 
 class RefusedFile(Exception):
@@ -31,6 +37,25 @@ def connection_file() -> str | None:
     try:
         return ipykernel.get_connection_file()
     except (RuntimeError, OSError):
+        return None
+
+
+def beside_connection(name: Callable[[str], str], connection: str | None = None) -> tuple[Path, str] | None:
+    """The path of a file this kernel publishes, ``name(kernel id)`` beside its connection file
+    ``…/kernel-<id>.json`` (``connection_file()`` unless given), and the kernel id.
+
+    Beside the connection file, because the server put that into its runtime dir, which may be
+    configured away from ``jupyter_runtime_dir()``. None outside a kernel, or for a kernel id
+    that ``name`` refuses (ValueError: it could leave the directory).
+    """
+    connection = connection if connection is not None else connection_file()
+    match = _CONNECTION_FILE.fullmatch(os.path.basename(connection)) if connection else None
+    if connection is None or match is None:
+        return None
+    kernel_id = match.group(1)
+    try:
+        return Path(connection).resolve().parent / name(kernel_id), kernel_id
+    except ValueError:
         return None
 
 
@@ -74,3 +99,49 @@ def read_own_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     if size == 0:
         raise RefusedFile("is empty")
     return b"".join(chunks)
+
+
+def write_own_file(path: str | os.PathLike[str], data: bytes, *, abandon: Callable[[], bool] = bool) -> None:
+    """Replace ``path`` with ``data`` atomically, mode 0600: readers see the old file or the new.
+
+    The temp name is fixed per process (no mkstemp: half the cost of a write) and opened with
+    O_NOFOLLOW, so a planted symlink cannot redirect the write. ``abandon`` is asked just before
+    the rename: a writer that is being stopped must not resurrect a file just removed.
+    """
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        if abandon():
+            _unlink(tmp)
+            return
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def remove_own_file(path: str | os.PathLike[str], max_bytes: int) -> None:
+    """Delete a JSON file this process wrote (its ``pid`` field is ours); a kernel restarted
+    under the same id reuses the name, and must not lose the new process's file."""
+    try:
+        owner = json.loads(read_own_file(path, max_bytes)).get("pid")
+    except FileNotFoundError:
+        return
+    except (RefusedFile, ValueError, AttributeError):
+        owner = os.getpid()  # unreadable or not one of ours: ours to clean up
+    if owner == os.getpid():
+        _unlink(os.fspath(path))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -21,9 +21,11 @@ from conftest import wait_until
 from IPython.core.getipython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 
+from jupyter_gpu import runtime_dir
 from jupyter_gpu.analysis.stats_file import file_name
 from jupyter_gpu.kernel import agent as agent_module
-from jupyter_gpu.kernel.agent import KernelAgent, stats_path
+from jupyter_gpu.kernel.agent import KernelAgent
+from jupyter_gpu.runtime_dir import beside_connection
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -205,7 +207,7 @@ def test_planted_symlink_at_the_temp_name_is_not_followed(agent, tmp_path: Path)
 def test_remove_spares_a_file_of_another_process(agent) -> None:
     a = agent()
     a.path.write_text(json.dumps({"pid": os.getpid() + 1}))
-    a.remove()
+    a.stop()
     assert a.path.exists()
 
 
@@ -213,7 +215,7 @@ def test_a_fifo_planted_at_the_stats_name_does_not_hang_unload(agent) -> None:
     """%unload_ext and kernel exit read the file back before removing it: a FIFO blocked that read."""
     a = agent()
     os.mkfifo(a.path, 0o600)
-    removing = threading.Thread(target=a.remove, daemon=True)
+    removing = threading.Thread(target=a.stop, daemon=True)
     removing.start()
     removing.join(timeout=5)
     if removing.is_alive():  # free the blocked reader before failing
@@ -221,17 +223,17 @@ def test_a_fifo_planted_at_the_stats_name_does_not_hang_unload(agent) -> None:
     assert not removing.is_alive() and not a.path.exists()
 
 
-def test_stats_path_from_connection_file(tmp_path: Path) -> None:
+def test_published_files_go_beside_the_connection_file(tmp_path: Path) -> None:
     kid = str(uuid.uuid4())
-    path, found = stats_path(str(tmp_path / f"kernel-{kid}.json"))
+    path, found = beside_connection(file_name, str(tmp_path / f"kernel-{kid}.json"))
     assert found == kid and path == tmp_path.resolve() / f"jupyter_gpu-kernel-{kid}.json"
-    assert stats_path(str(tmp_path / "my-connection.json")) is None
-    assert stats_path(str(tmp_path / "kernel-../x.json")) is None
+    assert beside_connection(file_name, str(tmp_path / "my-connection.json")) is None
+    assert beside_connection(file_name, str(tmp_path / "kernel-../x.json")) is None
 
 
 def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    monkeypatch.setattr(agent_module, "connection_file", lambda: str(tmp_path / f"kernel-{KID}.json"))
+    monkeypatch.setattr(runtime_dir, "connection_file", lambda: str(tmp_path / f"kernel-{KID}.json"))
     ip = _shell()
     threads = threading.active_count()
     undo = agent_module.register(ip)
@@ -244,7 +246,7 @@ def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_register_outside_a_kernel_does_nothing(monkeypatch) -> None:
-    monkeypatch.setattr(agent_module, "connection_file", lambda: None)
+    monkeypatch.setattr(runtime_dir, "connection_file", lambda: None)
     threads = threading.active_count()
     undo = agent_module.register(_shell())
     assert threading.active_count() == threads

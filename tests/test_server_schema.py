@@ -35,6 +35,15 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(path):
     Draft202012Validator.check_schema(schema)
 
 
+def test_every_route_has_its_schema():
+    assert set(load("api")["properties"]) == {*ROUTES, "cells"}
+    assert {path.name.removesuffix(".schema.json") for path in SCHEMA_DIR.glob("*.schema.json")} == {
+        "api",
+        "common",
+        *load("api")["properties"],
+    }
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_every_reply_must_carry_the_schema_version_and_nvml_state(route):
     schema = load(route)

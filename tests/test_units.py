@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu.analysis.units import format_bytes, format_bytes_of
+from jupyter_gpu.analysis.units import format_bytes, format_bytes_change, format_bytes_of
 
 TABLE = json.loads((Path(__file__).parent / "fixtures" / "byte_formats.json").read_text())
 
@@ -23,6 +23,11 @@ def test_used_of_total(used, total, text):
     assert format_bytes_of(used, total) == text
 
 
+@pytest.mark.parametrize(("n", "text"), TABLE["changes"])
+def test_changes_are_signed(n, text):
+    assert format_bytes_change(n) == text
+
+
 def test_unknown_figures():
-    assert format_bytes(None) == format_bytes(float("nan")) == "n/a"
+    assert format_bytes(None) == format_bytes(float("nan")) == format_bytes_change(None) == "n/a"
     assert format_bytes_of(None, 140 * 2**30) == "n/a / 140 GiB"

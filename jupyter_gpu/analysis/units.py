@@ -58,6 +58,13 @@ def format_bytes(n: int | float | None) -> str:
     return f"{'-' if n < 0 else ''}{_scaled(abs(n), power)} {UNITS[power]}"
 
 
+def format_bytes_change(n: int | float | None) -> str:
+    """A change in memory, always signed: "+1.50 GiB", "-512 MiB", "+0 B"."""
+    if n is None or not _known(n):
+        return MISSING
+    return f"{'+' if n >= 0 else ''}{format_bytes(n)}"
+
+
 def format_bytes_of(used: int | float | None, total: int | float | None) -> str:
     """ "used / total" in the unit of the total, e.g. "30.1 / 140 GiB"; a ``used`` too small to
     show in that unit gets its own ("3.25 MiB / 140 GiB")."""

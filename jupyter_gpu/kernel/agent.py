@@ -16,7 +16,6 @@ import atexit
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from traitlets.config import Configurable
 
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
 from ..analysis.stats_file import MAX_BYTES, VERSION, device_record, file_name
-from ..runtime_dir import RefusedFile, connection_file, read_own_file
+from ..runtime_dir import beside_connection, remove_own_file, write_own_file
 from ..torch_state import nvml_uuid, snapshot_segments, torch_in_use
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 # a snapshot holds the allocator lock and the GIL for milliseconds per thousand blocks.
 SNAPSHOT_MAX_DUTY = 0.001
 SNAPSHOT_RETRY = 60.0  # seconds before trying again after a snapshot failed
-_CONNECTION_FILE = re.compile(r"kernel-(.+)\.json")
 
 
 class KernelAgent(Configurable):
@@ -117,39 +115,8 @@ class KernelAgent(Configurable):
     # -- writing -------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Write the figures atomically: readers see the old file or the new one, never half.
-
-        The temp name is fixed per process (no mkstemp: half the cost of a publish) and opened
-        with O_NOFOLLOW, so a planted symlink cannot redirect the write.
-        """
         data = json.dumps(self.figures(), separators=(",", ":")).encode()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            if self._stop.is_set():  # unloading: do not resurrect a file just removed
-                _unlink(str(tmp))
-                return
-            os.replace(tmp, self.path)
-        except BaseException:
-            _unlink(str(tmp))
-            raise
-
-    def remove(self) -> None:
-        """Delete the file if this process wrote it (a restarted kernel reuses the name)."""
-        try:
-            owner = json.loads(read_own_file(self.path, MAX_BYTES)).get("pid")
-        except FileNotFoundError:
-            return
-        except (RefusedFile, ValueError, AttributeError):
-            owner = os.getpid()  # unreadable or not a stats file: ours to clean up
-        if owner == os.getpid():
-            _unlink(str(self.path))
+        write_own_file(self.path, data, abandon=self._stop.is_set)
 
     # -- thread --------------------------------------------------------------------------
 
@@ -164,7 +131,7 @@ class KernelAgent(Configurable):
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        self.remove()
+        remove_own_file(self.path, MAX_BYTES)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -190,33 +157,9 @@ def _has_used(stats: dict[str, Any]) -> bool:
     )
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def stats_path(connection: str) -> tuple[Path, str] | None:
-    """Stats file path and kernel id from ``…/kernel-<id>.json``.
-
-    The file goes beside the connection file: the server put that into its runtime dir, which
-    may be configured away from ``jupyter_runtime_dir()``.
-    """
-    match = _CONNECTION_FILE.fullmatch(os.path.basename(connection))
-    if match is None:
-        return None
-    kernel_id = match.group(1)
-    try:
-        return Path(connection).resolve().parent / file_name(kernel_id), kernel_id
-    except ValueError:
-        return None
-
-
 def register(ipython: Any) -> Callable[[], None]:
     """Start the agent in a kernel; outside a kernel there is no server to tell."""
-    connection = connection_file()
-    found = stats_path(connection) if connection else None
+    found = beside_connection(file_name)
     if found is None:
         return lambda: None
     agent = KernelAgent(*found, parent=ipython)

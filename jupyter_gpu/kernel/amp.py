@@ -21,7 +21,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..analysis.units import format_bytes
+from ..analysis.units import format_bytes_change
 from .cellexec import run_source
 from .extension import ShellMagics, unregister_magics
 from .magic_args import parse as parse_args
@@ -125,11 +125,6 @@ def amp_scope(settings: AmpSettings) -> Iterator[None]:
         yield
 
 
-def _change(n: int) -> str:
-    """A change in memory, signed: "+1.50 GiB"."""
-    return f"{'+' if n >= 0 else ''}{format_bytes(n)}"
-
-
 def _cuda_memory(torch: Any) -> tuple[int, int]:
     """(allocated, peak allocated) on the current device; zeros before CUDA is initialised."""
     if not torch.cuda.is_initialized():
@@ -203,7 +198,7 @@ class AmpMagics(ShellMagics):
         summary = f"amp: {settings.describe()}, {elapsed * 1e3:,.1f} ms"
         if on_cuda:
             after = _cuda_memory(torch)
-            summary += f", allocated {_change(after[0] - before[0])}, peak {_change(after[1] - before[1])}"
+            summary += f", allocated {format_bytes_change(after[0] - before[0])}, peak {format_bytes_change(after[1] - before[1])}"
         print(summary)
         return result
 

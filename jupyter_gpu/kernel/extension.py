@@ -17,6 +17,7 @@ from IPython.core.magic import Magics
 # Order matters only for the order of help entries.
 FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.agent",
+    "jupyter_gpu.kernel.timeline",
     "jupyter_gpu.kernel.memory_magic",
     "jupyter_gpu.kernel.oom",
     "jupyter_gpu.kernel.amp",

@@ -13,13 +13,15 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 # gpu_memory (NVML, psutil, urllib) is imported when a report is made, not at %load_ext.
+from ..analysis.cells import cell_label, holders_now, largest_peaks
 from ..analysis.fragmentation import AllocatorFigures, advise, expandable_segments_configured
-from ..analysis.units import format_bytes
+from ..analysis.units import format_bytes, format_bytes_change
 from ..report import Report, Section
 from ..torch_state import nvml_uuid, torch_in_use
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
 from .segment_map import segment_map_svg
+from .timeline import timeline_of
 
 if TYPE_CHECKING:
     from ..nvml.holders import DeviceView
@@ -122,6 +124,40 @@ def device_report(torch: Any, device: int, *, draw: bool) -> Report:
     return Report(sections, figure=segment_map_svg(segments or []) if draw else None, css_class=CSS_CLASS)
 
 
+CELLS_LIMIT = 10
+
+
+def _cell_note(cell: dict[str, Any]) -> str:
+    peaks = [g["peak_allocated_bytes"] for g in cell["gpus"] if g["peak_allocated_bytes"] is not None]
+    peak = f"peak {format_bytes(max(peaks))}, " if peaks else ""
+    return f"{peak}{cell['wall_seconds']:.1f} s, {cell['outcome']}"
+
+
+def cells_report(cells: list[dict[str, Any]]) -> Report:
+    """Which cells hold this kernel's GPU memory: what each left allocated, and the highest peaks.
+
+    A cell's peak is shown only when it raised the kernel's peak (torch's peak statistics are
+    never reset, so that ``torch.cuda.max_memory_allocated()`` keeps its meaning for you).
+    """
+    on_gpu = [c for c in cells if c["gpus"]]
+    heading = f"{len(cells)} cells recorded, {len(on_gpu)} of them with CUDA in use"
+    holders = Section("Cells that left the most memory allocated")
+    for cell, left in holders_now(on_gpu, CELLS_LIMIT):
+        holders.add(f"cell {cell_label(cell)}", format_bytes_change(left), _cell_note(cell))
+    if not holders.rows:
+        holders.notes.append("No cell left memory allocated.")
+    peaks = Section("Highest peaks")
+    for cell, peak in largest_peaks(on_gpu, CELLS_LIMIT):
+        peaks.add(f"cell {cell_label(cell)}", format_bytes(peak), f"left {format_bytes_change(_left(cell))}")
+    if not peaks.rows:
+        peaks.notes.append("No cell raised the allocator's peak.")
+    return Report([holders, peaks], heading=heading, css_class=CSS_CLASS)
+
+
+def _left(cell: dict[str, Any]) -> int:
+    return sum(g["allocated_change_bytes"] for g in cell["gpus"])
+
+
 def no_cuda_report() -> Report:
     from . import gpu_memory
 
@@ -153,6 +189,11 @@ class GpuMemMagics(Magics):
         action="store_true",
         help="Also draw the allocator's segments, blocks coloured by state.",
     )
+    @argument(
+        "--cells",
+        action="store_true",
+        help="Which cells hold the memory: what each cell left allocated, and the highest peaks.",
+    )
     @line_magic
     def gpu_mem(self, line: str) -> None:
         """Show this kernel's GPU memory: what the driver (NVML) says the process holds beside
@@ -162,6 +203,10 @@ class GpuMemMagics(Magics):
         Never initialises CUDA: before your code has used CUDA it says so.
         """
         args = parse_args(self.gpu_mem, line)
+        if args.cells:
+            timeline = timeline_of(self.shell)
+            display(cells_report(timeline.cells() if timeline else []))
+            return
         torch = torch_in_use()
         if torch is None:
             display(no_cuda_report())

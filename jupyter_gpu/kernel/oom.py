@@ -9,26 +9,24 @@ traceback is shown untouched before the explanation. The error is recognised by 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..analysis.cells import cell_label, holders_now, is_torch_oom
 from ..analysis.fragmentation import advise, expandable_segments_configured
 from ..analysis.oom_message import parse_oom_message
 from ..analysis.units import format_bytes
 from ..torch_state import nvml_uuid, torch_in_use
+from .timeline import timeline_of
 
 MAX_HOLDERS = 5
 
 
-def is_torch_oom(error: BaseException) -> bool:
-    return any(
-        cls.__name__ == "OutOfMemoryError" and cls.__module__.split(".")[0] == "torch"
-        for cls in type(error).__mro__
-    )
+def explain(error: BaseException, cells: Sequence[dict[str, Any]] = ()) -> str | None:
+    """The explanation for a CUDA OOM; None for other out-of-memory errors (CPU, MPS).
 
-
-def explain(error: BaseException) -> str | None:
-    """The explanation for a CUDA OOM; None for other out-of-memory errors (CPU, MPS)."""
+    ``cells`` are this kernel's timeline: the cells that left the most allocated are named.
+    """
     from . import gpu_memory  # NVML, psutil, urllib: only when there is something to explain
 
     message = parse_oom_message(str(error))
@@ -57,6 +55,11 @@ def explain(error: BaseException) -> str | None:
         f"{format_bytes(figures.reserved_unallocated_bytes)} cached but unallocated, of which "
         f"{format_bytes(figures.inactive_split_bytes)} is stranded{ratio}."
     )
+    on_device = [{**c, "gpus": [g for g in c["gpus"] if g["index"] == device]} for c in cells if c["gpus"]]
+    holders = holders_now(on_device, MAX_HOLDERS)
+    if holders:
+        named = ", ".join(f"cell {cell_label(c)} left {format_bytes(left)}" for c, left in holders)
+        lines.append(f"  The cells of this kernel that left the most allocated on this GPU: {named}.")
     uuid = nvml_uuid(torch, device)
     view, reason = (
         (None, "no UUID for this GPU")
@@ -89,7 +92,8 @@ def register(ipython: Any) -> Callable[[], None]:
         if error is None or getattr(result.info, "silent", False) or not is_torch_oom(error):
             return
         try:
-            text = explain(error)
+            timeline = timeline_of(ipython)
+            text = explain(error, timeline.cells() if timeline else ())
         except Exception as failure:  # an explanation must never become a second error
             text = f"(jupyter_gpu could not explain this out-of-memory error: {failure})"
         if text:

@@ -205,6 +205,14 @@ class NvmlReader:
             )
         return values, unsupported
 
+    def processes(self, index: int) -> list[Values]:
+        """The compute processes on one GPU, alone: what a kernel reads at each cell's edges."""
+        try:
+            return self._processes(self._handle(index))
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            raise GpuLost(f"GPU {index} cannot list its processes: {error}") from None
+
     def forget(self, index: int) -> None:
         """Drop a cached handle so that the next read looks the GPU up again."""
         self._handles.pop(index, None)

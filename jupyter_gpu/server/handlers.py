@@ -110,6 +110,17 @@ class KernelsHandler(GPUHandler):
         self.send(await self.monitor.kernels.refresh())
 
 
+class CellsHandler(GPUHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, kernel_id: str) -> None:
+        self.check_params()
+        payload = await self.monitor.kernels.cells(kernel_id)
+        if payload is None:
+            raise web.HTTPError(404, f"No kernel with id {kernel_id[:80]!r} on this server.")
+        await self.send_large(json.dumps(payload))
+
+
 def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any]]]:
     """Routes relative to base_url (the ExtensionApp prepends it)."""
     kwargs = {"monitor": monitor}
@@ -117,4 +128,5 @@ def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any
         (r"/api/gpu/devices", DevicesHandler, kwargs),
         (r"/api/gpu/telemetry", TelemetryHandler, kwargs),
         (r"/api/gpu/kernels", KernelsHandler, kwargs),
+        (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/cells", CellsHandler, kwargs),
     ]

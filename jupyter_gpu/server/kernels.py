@@ -2,7 +2,7 @@
 
 Runs on the event loop and does no blocking I/O there: the kernel manager answers from memory,
 the session manager from its in-process database, the process metadata was gathered by the
-sampler thread, and the kernels' allocator stats files are read on a worker thread.
+sampler thread, and the kernels' allocator stats and timeline files are read on a worker thread.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import psutil
 from jupyter_core.utils import ensure_async
 
 from .attribution import KernelRef, attribute
+from .cell_history import CellHistory
 from .kernel_stats import KernelStats, read_kernel_stats
 from .sampler import Sampler
+from .schema import VERSION
 from .telemetry import header
 
 
@@ -36,6 +38,7 @@ class KernelView:
         self.show_all_users = show_all_users
         self.current_user = getpass.getuser()
         self.last: dict[str, Any] | None = None  # what Prometheus reports between refreshes
+        self.cell_history = CellHistory()
 
     async def kernel_refs(self) -> list[KernelRef]:
         sessions = await ensure_async(self.session_manager.list_sessions())
@@ -57,14 +60,17 @@ class KernelView:
             )
         return refs
 
-    def allocator_stats(self, refs: list[KernelRef]) -> dict[str, KernelStats]:
-        """Each kernel's stats file; blocking file I/O, so called on a worker thread."""
+    def read_files(self, refs: list[KernelRef]) -> dict[str, KernelStats]:
+        """Each kernel's stats file, and the new cells of its timeline file; blocking file I/O,
+        so called on a worker thread."""
         runtime_dir = self.kernel_manager.connection_dir
         result = {}
         for ref in refs:
             # A file written by an earlier process of a restarted kernel is not this kernel's.
             alive = (lambda pid, own=ref.pid: pid == own) if ref.pid else psutil.pid_exists
             result[ref.id] = read_kernel_stats(runtime_dir, ref.id, pid_alive=alive)
+            self.cell_history.ingest(runtime_dir, ref.id, ref.pid)
+        self.cell_history.keep_only({ref.id for ref in refs})
         return result
 
     async def refresh(self) -> dict[str, Any]:
@@ -72,7 +78,7 @@ class KernelView:
         latest = self.sampler.latest()
         gpus = list(latest.gpus) if latest and status.available else []
         refs = await self.kernel_refs()
-        stats = await asyncio.get_running_loop().run_in_executor(None, self.allocator_stats, refs)
+        stats = await asyncio.get_running_loop().run_in_executor(None, self.read_files, refs)
         view = attribute(
             refs,
             gpus,
@@ -85,3 +91,15 @@ class KernelView:
         payload = {**header(status), **view}
         self.last = payload
         return payload
+
+    async def cells(self, kernel_id: str) -> dict[str, Any] | None:
+        """``GET api/gpu/kernels/<id>/cells``: the kernel's timeline; None for no such kernel."""
+        ref = next((r for r in await self.kernel_refs() if r.id == kernel_id), None)
+        if ref is None:
+            return None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None, self.cell_history.ingest, self.kernel_manager.connection_dir, ref.id, ref.pid
+        )
+        cells, reason = self.cell_history.cells(kernel_id)
+        return {"version": VERSION, "kernel_id": kernel_id, "path": ref.path, "reason": reason, "cells": cells}

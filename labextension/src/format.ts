@@ -76,6 +76,16 @@ export function formatBytes(
 }
 
 /**
+ * A change in memory, always signed: `+1.50 GiB`, `-512 MiB`, `+0 B`.
+ */
+export function formatBytesChange(bytes: number | null | undefined): string {
+  if (!isNumber(bytes)) {
+    return MISSING;
+  }
+  return `${bytes >= 0 ? '+' : ''}${formatBytes(bytes)}`;
+}
+
+/**
  * "used / total" in the unit of the total, e.g. `30.1 / 140 GiB`.
  */
 export function formatBytesOf(

@@ -6,6 +6,7 @@ import { describe, it } from 'node:test';
 import {
   formatAge,
   formatBytes,
+  formatBytesChange,
   formatBytesOf,
   formatCelsius,
   formatMHz,
@@ -23,6 +24,7 @@ const GiB = 1024 ** 3;
 const TABLE: {
   bytes: [number, string][];
   bytes_of: [number, number | null, string][];
+  changes: [number, string][];
 } = JSON.parse(
   readFileSync(
     // compiled to lib-test/__tests__/, three levels below the repository root
@@ -38,6 +40,9 @@ describe('formatBytes', () => {
     }
     for (const [used, total, text] of TABLE.bytes_of) {
       assert.equal(formatBytesOf(used, total), text, `${used} of ${total}`);
+    }
+    for (const [bytes, text] of TABLE.changes) {
+      assert.equal(formatBytesChange(bytes), text, `a change of ${bytes} bytes`);
     }
   });
 

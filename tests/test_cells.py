@@ -1,0 +1,373 @@
+"""The per-cell GPU timeline without a GPU: what a cell's record says (pure), what a kernel records
+(a real IPython shell over a fake torch and simulated NVML), and what the server takes from a
+timeline file that anyone could have tampered with.
+
+The real server and kernel are in test_cell_timeline_server.py; the GPU figures are checked
+against torch on an H200 in test_cell_timeline_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from _fake_torch import UUID0, FakeCuda, install
+from IPython.utils.capture import capture_output
+from test_gpu_mem import OOM_TEXT, _shell, nvml, other_process  # noqa: F401 (fixtures)
+
+from jupyter_gpu.analysis import cells as cells_module
+from jupyter_gpu.analysis.cells import (
+    MAX_CELLS,
+    DeviceReading,
+    cell_record,
+    cells_file_name,
+    device_change,
+    outcome,
+    validate,
+)
+from jupyter_gpu.kernel import memory_magic, oom, timeline
+from jupyter_gpu.server.cell_history import NOT_LOADED, CellHistory
+
+GiB = 1024**3
+KID = "6f1c3a52-1b7e-4c55-9d1a-3f4b2a9e0c11"
+
+
+def reading(allocated: int, peak: int, *, reserved: int = 0, ooms: int = 0, process: int | None = 0):
+    return DeviceReading(0, f"GPU-{UUID0}", allocated, reserved, peak, ooms, process)
+
+
+# -- what a record says ----------------------------------------------------------------------
+
+
+def test_a_cell_that_keeps_memory_left_it_and_set_a_new_peak():
+    change = device_change(
+        reading(1 * GiB, 1 * GiB, reserved=2 * GiB), reading(3 * GiB, 5 * GiB, reserved=6 * GiB)
+    )
+    assert change["allocated_change_bytes"] == 2 * GiB
+    assert change["peak_allocated_bytes"] == 5 * GiB and change["peak_at_most_bytes"] is None
+    assert change["reserved_change_bytes"] == 4 * GiB
+
+
+def test_a_cell_below_an_earlier_peak_gets_only_a_bound():
+    """torch's peak is never reset, so a cell under the kernel's old high water has no exact peak."""
+    change = device_change(reading(1 * GiB, 8 * GiB), reading(1 * GiB, 8 * GiB))
+    assert change["peak_allocated_bytes"] is None and change["peak_at_most_bytes"] == 8 * GiB
+    assert change["allocated_change_bytes"] == 0
+
+
+def test_a_user_who_resets_the_peak_in_a_cell_gets_a_bound_that_still_holds():
+    change = device_change(reading(1 * GiB, 8 * GiB), reading(1 * GiB, 2 * GiB))
+    assert change["peak_allocated_bytes"] is None and change["peak_at_most_bytes"] == 8 * GiB
+
+
+def test_a_cell_that_started_cuda_is_measured_from_nothing():
+    change = device_change(None, reading(GiB, 2 * GiB, reserved=2 * GiB, process=3 * GiB))
+    assert change["allocated_change_bytes"] == GiB and change["peak_allocated_bytes"] == 2 * GiB
+    assert change["process_change_bytes"] == 3 * GiB  # the context came with the cell
+
+
+def test_nvml_that_cannot_see_the_process_gives_no_figure_not_zero():
+    assert (
+        device_change(reading(0, 0, process=None), reading(GiB, GiB, process=2 * GiB))["process_change_bytes"]
+        is None
+    )
+
+
+class TorchOOM(RuntimeError):
+    pass
+
+
+TorchOOM.__name__ = "OutOfMemoryError"
+TorchOOM.__module__ = "torch"
+
+
+@pytest.mark.parametrize(
+    ("error", "ooms_rose", "expected"),
+    [
+        (None, False, "ok"),
+        (ZeroDivisionError(), False, "error"),
+        (KeyboardInterrupt(), False, "interrupted"),
+        (TorchOOM("CUDA out of memory"), False, "oom"),
+        (RuntimeError("caught and re-raised by a library"), True, "oom"),
+    ],
+)
+def test_outcomes(error, ooms_rose, expected):
+    assert outcome(error, ooms_rose) == expected
+
+
+def _record(seq: int = 0, **changes) -> dict:
+    fields = dict(
+        seq=seq,
+        execution_count=seq + 1,
+        cell_id="a1b2c3",
+        start=1_700_000_000.0 + seq,
+        end=1_700_000_000.5 + seq,
+        wall_seconds=0.5,
+        error=None,
+        before={},
+        after={},
+    )
+    return cell_record(**{**fields, **changes})
+
+
+def test_a_cell_id_that_is_not_one_is_dropped():
+    assert _record(cell_id="../../etc")["cell_id"] is None
+    assert _record(cell_id="x" * 65)["cell_id"] is None
+
+
+def _doc(cells: list[dict], **changes) -> dict:
+    return {"version": 1, "kernel_id": KID, "pid": os.getpid(), "time": 1.0, "cells": cells, **changes}
+
+
+def test_the_kernels_own_records_pass_validation():
+    cells = [_record(0), _record(1, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})]
+    clean, reason = validate(_doc(cells), KID)
+    assert reason is None and clean["cells"] == cells
+
+
+def _gpu_cell(**gpu_changes) -> dict:
+    record = _record(0, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})
+    record["gpus"][0].update(gpu_changes)
+    return record
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        (_doc([], kernel_id="another-kernel"), "kernel_id does not match"),
+        (_doc([], version=True), "unsupported version"),
+        (_doc([], pid=0), "pid is not"),
+        (_doc([_record(0)] * (MAX_CELLS + 1)), "at most 1000"),
+        (_doc([_record(1), _record(0)]), "increasing seq"),
+        (_doc([{**_record(0), "outcome": "fine"}]), "outcome"),
+        (_doc([{**_record(0), "start": float("inf")}]), "start is not"),
+        (_doc([{**_record(0), "end": 1.0}]), "ends before it starts"),
+        (_doc([{**_record(0), "cell_id": "<script>"}]), "cell_id"),
+        (_doc([{**_record(0), "execution_count": True}]), "execution_count"),
+        (_doc([_gpu_cell(allocated_bytes=2**60)]), "allocated_bytes"),
+        (_doc([_gpu_cell(allocated_change_bytes=-(2**60))]), "allocated_change_bytes"),
+        (_doc([_gpu_cell(peak_at_most_bytes=GiB)]), "exactly one of"),
+        (_doc([_gpu_cell(index=64)]), "gpu index"),
+        (_doc([{**_gpu_cell(), "gpus": [_gpu_cell()["gpus"][0]] * 2}]), "listed twice"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_a_tampered_file_is_refused_with_the_reason(doc, reason):
+    clean, why = validate(json.loads(json.dumps(doc)), KID)
+    assert clean is None and reason in why
+
+
+# -- what a kernel records -------------------------------------------------------------------
+
+
+@pytest.fixture
+def ip():
+    shell = _shell()
+    undo = [timeline.register(shell), memory_magic.register(shell), oom.register(shell)]
+    yield shell
+    for remove in reversed(undo):
+        remove()
+
+
+def _run(ip, code: str) -> str:
+    with capture_output() as captured:
+        ip.run_cell(code, store_history=True)  # as a kernel runs cells: counted
+    return captured.stdout
+
+
+def _cells(ip) -> list[dict]:
+    return timeline.timeline_of(ip).cells()
+
+
+def test_cells_without_cuda_are_recorded_without_gpu_figures_and_without_touching_cuda(ip, monkeypatch):
+    cuda = FakeCuda(initialized=False)
+    install(monkeypatch, cuda)
+    _run(ip, "x = 1")
+    _run(ip, "1 / 0")
+    (ok, error) = _cells(ip)
+    assert (ok["outcome"], error["outcome"]) == ("ok", "error")
+    assert ok["gpus"] == [] and error["gpus"] == []
+    assert error["execution_count"] == ok["execution_count"] + 1
+    assert set(cuda.calls) == {"is_initialized"}  # nothing that could initialise CUDA
+
+
+def test_a_kernel_without_torch_records_cells_and_never_imports_it(ip, monkeypatch):
+    monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
+    _run(ip, "y = 2")
+    assert _cells(ip)[-1]["gpus"] == [] and "torch" not in __import__("sys").modules
+
+
+def _allocate(stats_key: str, n: int) -> str:
+    return f"import torch; torch.cuda.stats[0][{stats_key!r}] += {n}"
+
+
+def test_what_a_cell_left_its_peak_and_the_process_memory_nvml_saw(ip, monkeypatch, nvml):
+    cuda = FakeCuda()
+    install(monkeypatch, cuda)
+    stats = cuda.stats[0]
+    nvml_process = nvml.readings["devices"][0]["compute_processes"][0]
+    assert nvml_process["pid"] == os.getpid()
+    before_alloc, before_peak = stats["allocated_bytes.all.current"], stats["allocated_bytes.all.peak"]
+    code = (
+        "import torch\n"
+        f"torch.cuda.stats[0]['allocated_bytes.all.current'] += {2 * GiB}\n"
+        f"torch.cuda.stats[0]['allocated_bytes.all.peak'] = {before_peak + 6 * GiB}\n"
+        f"torch.cuda.stats[0]['reserved_bytes.all.current'] += {4 * GiB}\n"
+    )
+    monkeypatch.setitem(nvml_process, "used_gpu_memory", nvml_process["used_gpu_memory"])
+    ip.user_ns["_nvml_process"] = nvml_process
+    _run(ip, code + f"_nvml_process['used_gpu_memory'] += {5 * GiB}")
+    (gpu,) = _cells(ip)[-1]["gpus"]
+    assert gpu["index"] == 0 and gpu["uuid"] == f"GPU-{UUID0}"
+    assert gpu["allocated_bytes"] == before_alloc + 2 * GiB
+    assert gpu["allocated_change_bytes"] == 2 * GiB
+    assert gpu["peak_allocated_bytes"] == before_peak + 6 * GiB
+    assert gpu["reserved_change_bytes"] == 4 * GiB
+    assert gpu["process_change_bytes"] == 5 * GiB
+    assert cuda.calls["memory_stats"] >= 2  # device 1 never reserved anything: not listed
+
+
+def test_gpu_mem_cells_names_the_cells_that_hold_memory_and_the_peaks(ip, monkeypatch, nvml):
+    cuda = FakeCuda()
+    install(monkeypatch, cuda)
+    _run(ip, "import torch")
+    for n in (1, 4, 2):
+        _run(ip, _allocate("allocated_bytes.all.current", n * GiB))
+    with capture_output() as captured:
+        ip.run_line_magic("gpu_mem", "--cells")
+    text = captured.outputs[0].data["text/plain"]
+    counts = [c["execution_count"] for c in _cells(ip)[-3:]]
+    holders = text.split("Cells that left the most memory allocated")[1].split("Highest peaks")[0]
+    order = [holders.index(f"cell [{counts[i]}]") for i in (1, 2, 0)]
+    assert order == sorted(order), holders  # 4 GiB first, then 2, then 1
+    assert f"cell [{counts[1]}]  +4.00 GiB" in holders
+    assert "No cell raised the allocator's peak." in text  # the fake's peak never moved
+    assert "<table>" in captured.outputs[0].data["text/html"]
+
+
+def test_the_oom_explanation_names_the_cell_that_left_the_most(ip, monkeypatch, nvml):
+    install(monkeypatch, FakeCuda())
+    _run(ip, "import torch")
+    _run(ip, _allocate("allocated_bytes.all.current", 30 * GiB))
+    big = _cells(ip)[-1]["execution_count"]
+    _run(ip, _allocate("allocated_bytes.all.current", 1 * GiB))
+    out = _run(ip, f"raise torch.OutOfMemoryError({OOM_TEXT!r})")
+    assert f"cell [{big}] left 30.0 GiB" in out
+    assert out.index(f"cell [{big}] left 30.0 GiB") < out.index(f"cell [{big + 1}] left 1.00 GiB")
+    assert _cells(ip)[-1]["outcome"] == "oom"
+
+
+def test_the_kernel_keeps_the_last_1000_cells(ip):
+    tl = timeline.timeline_of(ip)
+    for _ in range(MAX_CELLS + 5):
+        tl.pre_run_cell(None)
+        tl.post_run_cell(None)
+    cells = tl.cells()
+    assert len(cells) == MAX_CELLS and cells[-1]["seq"] - cells[0]["seq"] == MAX_CELLS - 1
+
+
+def test_the_file_keeps_the_newest_cells_that_fit(tmp_path, monkeypatch):
+    tl = timeline.CellTimeline(tmp_path / cells_file_name(KID), KID)
+    for _ in range(50):
+        tl.pre_run_cell(None)
+        tl.post_run_cell(None)
+    whole = tl.document()
+    monkeypatch.setattr(timeline, "MAX_BYTES", len(whole) // 2)
+    tl.publish()
+    data = tl.path.read_bytes()
+    assert len(data) <= len(whole) // 2
+    clean, reason = validate(json.loads(data), KID)
+    assert reason is None and clean["cells"][-1]["seq"] == 49 and 0 < len(clean["cells"]) < 50
+    assert oct(tl.path.stat().st_mode & 0o777) == "0o600"
+    tl.stop()
+    assert not tl.path.exists()
+
+
+# -- what the server takes -------------------------------------------------------------------
+
+
+def _write(path: Path, doc: dict | bytes) -> Path:
+    path.write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def runtime(tmp_path) -> Path:
+    return tmp_path
+
+
+def _file(runtime: Path) -> Path:
+    return runtime / cells_file_name(KID)
+
+
+def test_the_server_takes_new_cells_once_and_keeps_them_across_a_restart(runtime):
+    history = CellHistory()
+    assert history.cells(KID) == ([], NOT_LOADED)
+    _write(_file(runtime), _doc([_record(0), _record(1)]))
+    history.ingest(runtime, KID, os.getpid())
+    _write(_file(runtime), _doc([_record(0), _record(1), _record(2)]))
+    history.ingest(runtime, KID, os.getpid())
+    cells, reason = history.cells(KID)
+    assert reason is None and [c["seq"] for c in cells] == [0, 1, 2]
+    # The kernel restarts: a new process, counting from 0 again; the earlier cells stay.
+    _write(_file(runtime), _doc([_record(0)], pid=os.getpid() + 1))
+    history.ingest(runtime, KID, os.getpid() + 1)
+    assert [(c["pid"], c["seq"]) for c in history.cells(KID)[0]] == [
+        *((os.getpid(), s) for s in (0, 1, 2)),
+        (os.getpid() + 1, 0),
+    ]
+    _file(runtime).unlink()  # the kernel idles, or its process is gone: nothing is lost
+    history.ingest(runtime, KID, os.getpid() + 1)
+    assert len(history.cells(KID)[0]) == 4
+    history.keep_only(set())  # shut down
+    assert history.cells(KID) == ([], NOT_LOADED)
+
+
+def _attacks(runtime: Path) -> dict[str, tuple[callable, str]]:
+    return {
+        "another kernel's cells under this kernel's name": (
+            lambda: _write(_file(runtime), _doc([_record(5)], kernel_id="other-kernel")),
+            "kernel_id does not match",
+        ),
+        "a process that is not the kernel": (
+            lambda: _write(_file(runtime), _doc([_record(5)], pid=os.getpid() + 7)),
+            f"written by process {os.getpid() + 7}",
+        ),
+        "a file others may write": (
+            lambda: _write(_file(runtime), _doc([_record(5)])).chmod(0o666),
+            "writable by other users",
+        ),
+        "a symlink to a file of the attacker's choosing": (
+            lambda: _file(runtime).symlink_to(_write(runtime / "planted.json", _doc([_record(5)]))),
+            "is a symlink",
+        ),
+        "a huge file": (
+            lambda: _write(_file(runtime), b" " * (cells_module.MAX_BYTES + 1)),
+            "is larger than",
+        ),
+        "not JSON": (lambda: _write(_file(runtime), b'{"version": 1, "cells": [NaN'), "not valid JSON"),
+        "numbers past 2**53": (
+            lambda: _write(_file(runtime), _doc([_gpu_cell(reserved_change_bytes=10**400)])),
+            "reserved_change_bytes",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "attack",
+    list(_attacks(Path("/nonexistent"))),
+)
+def test_a_planted_or_broken_file_changes_nothing_and_says_why(runtime, attack):
+    history = CellHistory()
+    _write(_file(runtime), _doc([_record(0)]))
+    history.ingest(runtime, KID, os.getpid())
+    _file(runtime).unlink()
+    plant, reason = _attacks(runtime)[attack]
+    plant()
+    history.ingest(runtime, KID, os.getpid())
+    cells, why = history.cells(KID)
+    assert [c["seq"] for c in cells] == [0]
+    assert why is not None and reason in why
