@@ -35,7 +35,7 @@ MAGICS = {
         "gpu_monitor",
         "gpu_warmup",
     ],
-    "cell": ["amp", "ddp", "ddp_launch", "gpu_warmup"],
+    "cell": ["amp", "ddp", "ddp_launch", "gpu_profile", "gpu_warmup"],
 }
 SHELL_STATE = """import json, sys, threading
 _ip = get_ipython()

@@ -9,7 +9,7 @@ from IPython.testing import globalipapp
 from jupyter_gpu.kernel import extension
 
 LINE_MAGICS = ["gpu_mem", "gpu_monitor", "gpu_doctor", "gpu_warmup", "amp", "ddp_launch", "ddp_start"]
-CELL_MAGICS = ["amp", "gpu_warmup", "ddp_launch", "ddp"]
+CELL_MAGICS = ["amp", "gpu_warmup", "gpu_profile", "ddp_launch", "ddp"]
 
 
 @pytest.fixture(scope="module")

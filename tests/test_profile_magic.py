@@ -1,0 +1,282 @@
+"""%%gpu_profile: bad options in an in-process shell, the magic end to end in a real kernel on the
+CPU, and planted problems on a real GPU (run on the H200 machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+
+torch = pytest.importorskip("torch")
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+from jupyter_client.manager import start_new_kernel  # noqa: E402
+from test_kernel_magics_e2e import run  # noqa: E402 -- one way to execute a cell in a kernel
+
+from jupyter_gpu.analysis.profile import CELL_MARK, analyse  # noqa: E402
+from jupyter_gpu.kernel import profile_magic  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    undo = profile_magic.register(shell)
+    yield shell
+    undo()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--top 0", "--top must be between 1 and 1000"),
+        ("--top many", "argument --top: invalid int value"),
+        ("--sort memory", "--sort memory needs --memory"),
+        ("--sort gpu", "argument --sort: invalid choice"),
+        ("--trace 'a", "cannot read the arguments"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_options_are_one_usage_error_and_the_cell_does_not_run(ip, line, message):
+    with pytest.raises(UsageError, match=message):
+        ip.run_cell_magic("gpu_profile", line, "profiled_cell_ran = True")
+    assert "profiled_cell_ran" not in ip.user_ns
+
+
+def test_undo_removes_the_magic():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    undo = profile_magic.register(shell)
+    assert "gpu_profile" in shell.magics_manager.magics["cell"]
+    undo()
+    assert "gpu_profile" not in shell.magics_manager.magics["cell"]
+
+
+# -- in a real kernel, on the CPU -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory):
+    """The folder of a notebook ``train.ipynb`` whose kernel (started as jupyter_server does,
+    with ``JPY_SESSION_NAME``) has loaded the extension."""
+    folder = tmp_path_factory.mktemp("notebook")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        JPY_SESSION_NAME=str(folder / "train.ipynb"),
+    )
+    env.pop("KINETO_LOG_LEVEL", None)
+    manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(folder))
+    reply, _ = run(client, "%load_ext jupyter_gpu")
+    assert reply["status"] == "ok"
+    yield client, folder
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+
+
+def outputs(messages: list[dict], kind: str) -> list[dict]:
+    return [m["content"] for m in messages if m["msg_type"] == kind]
+
+
+def shown(messages: list[dict]) -> tuple[str, str]:
+    """The text and HTML of the one report the cell displayed."""
+    (report,) = outputs(messages, "display_data")
+    return report["data"]["text/plain"], report["data"]["text/html"]
+
+
+def test_a_cpu_cell_prints_the_tables_and_saves_a_trace_next_to_the_notebook(notebook):
+    client, folder = notebook
+    _, before = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
+    reply, messages = run(
+        client,
+        "%%gpu_profile --top 5\nimport torch\nx = torch.ones(64, 64)\nfor _ in range(7):\n"
+        "    y = torch.mm(x, x)\ny.sum().item()",
+    )
+    assert reply["status"] == "ok"
+    text, html = shown(messages)
+    assert text.startswith("gpu_profile: CPU only")
+    assert "wall time" in text and "top operators by CPU time" in text
+    assert any(line.split()[:1] == ["aten::mm"] and "7 calls" in line for line in text.splitlines())
+    assert "no GPU activity in this trace" in text
+    assert "<table>" in html and "aten::mm" in html
+    assert outputs(messages, "stream") == []  # kineto's start/stop lines stay out of the cell
+    (result,) = outputs(messages, "execute_result")
+    assert result["data"]["text/plain"] == "262144.0"  # the cell's value, as without the magic
+    trace = folder / f"train-In{reply['execution_count']}.pt.trace.json"
+    assert f"trace saved to {trace}" in text
+    assert isinstance(json.loads(trace.read_text())["traceEvents"], list)
+    _, after = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
+    names = set(eval(outputs(after, "stream")[0]["text"])) - set(eval(outputs(before, "stream")[0]["text"]))
+    assert names == {"torch", "x", "y"}  # the cell's own names, nothing of the magic's
+
+
+def test_a_failing_cell_keeps_its_traceback_and_is_still_profiled(notebook):
+    client, _ = notebook
+    reply, messages = run(client, "%%gpu_profile\nz = torch.ones(3).sum()\nraise ValueError('planted')")
+    assert reply["status"] == "error" and reply["ename"] == "ValueError"
+    text, _ = shown(messages)
+    assert "aten::sum" in text and "aten::ones" in text
+    traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(reply["traceback"]))
+    assert re.search(r"----> 3 raise ValueError\('planted'\)", traceback)  # the cell's line numbers
+    assert "profile_magic.py" not in traceback  # the magic's own frames stay hidden
+    _, out = run(client, "print(z.item())")
+    assert outputs(out, "stream")[0]["text"].strip() == "3.0"
+
+
+def test_an_unwritable_trace_path_is_a_clear_error_and_the_profile_is_still_shown(notebook):
+    client, folder = notebook
+    blocked = folder / "not-a-folder"
+    blocked.write_text("a file")
+    reply, messages = run(client, f"%%gpu_profile --trace {blocked}/t.json\nw = torch.zeros(4) + 1")
+    assert reply["status"] == "ok"
+    text, _ = shown(messages)
+    assert f"could not save the trace: {blocked}/t.json: Not a directory" in text
+    assert "aten::add" in text
+
+
+def test_memory_and_shapes_on_the_cpu(notebook):
+    client, folder = notebook
+    reply, messages = run(
+        client,
+        f"%%gpu_profile --memory --record-shapes --sort memory --trace {folder}\n"
+        "big = torch.empty(1024, 1024)\nv = torch.mm(torch.ones(8, 16), torch.ones(16, 4))",
+    )
+    assert reply["status"] == "ok"
+    text, _ = shown(messages)
+    assert "top operators by memory allocated" in text
+    assert "peak allocated on CPU" in text
+    assert any(
+        line.split()[:3] == ["allocation", "in", "aten::empty"] and "4.00 MiB" in line
+        for line in text.splitlines()
+    )
+    assert "aten::mm [8, 16], [16, 4]" in text
+    assert (folder / f"train-In{reply['execution_count']}.pt.trace.json").exists()  # a folder: default name
+
+
+# -- on a GPU (run on the H200 machine) ------------------------------------------------------------
+
+
+def profile_on_gpu(ip, capsys, cell: str, options: str = "--record-shapes") -> str:
+    """Run ``cell`` once unprofiled (first-call costs), then under the magic; return its text."""
+    ip.user_ns.update(torch=torch, nn=torch.nn, F=torch.nn.functional)
+    ip.run_cell(cell)
+    capsys.readouterr()
+    ip.run_cell_magic("gpu_profile", f"{options} --trace {ip.user_ns['_trace_dir']}", cell)
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def gpu_ip(ip, tmp_path):
+    ip.user_ns["_trace_dir"] = str(tmp_path)
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+    return ip
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_kernel_times_agree_with_torchs_own_figures(tmp_path):
+    x = torch.randn(2048, 2048, device="cuda")
+    x @ x
+    torch.cuda.synchronize()
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
+        with torch.profiler.record_function(CELL_MARK):
+            for _ in range(20):
+                x @ x
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    result = analyse(json.loads((tmp_path / "t.json").read_text()), top=50)
+    assert result.gpu is not None
+    ours = sum(k.device_us for k in result.kernels)
+    theirs = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0)
+    assert ours == pytest.approx(theirs, rel=0.02)
+    mm = next(s for s in result.ops if s.name == "aten::mm")
+    assert mm.calls == 20 and mm.device_us == pytest.approx(ours, rel=0.02)
+    assert 0.5 < result.busy_share <= 1.0
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_loop_of_tiny_ops_is_called_launch_bound(gpu_ip, capsys):
+    text = profile_on_gpu(
+        gpu_ip,
+        capsys,
+        "t = torch.ones(256, device='cuda')\nfor _ in range(3000):\n    t = t * 1.0001 + 0.0001",
+    )
+    assert "many tiny kernels: launch-bound" in text and "CUDA graph" in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_fp32_matmuls_of_a_large_model_say_tensor_cores_are_unused(gpu_ip, capsys):
+    cell = (
+        "model = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]).cuda()\n"
+        "inp = torch.randn(1024, 4096, device='cuda')\n"
+        "for _ in range(10):\n    model(inp).sum().backward()"
+    )
+    text = profile_on_gpu(gpu_ip, capsys, cell)
+    assert "fp32 matmuls and convolutions: Tensor Cores unused" in text and "%%amp" in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_pageable_copies_are_named(gpu_ip, capsys):
+    cell = (
+        "host = torch.randn(16 << 20)\n"
+        "for _ in range(10):\n    dev_copy = host.to('cuda')\n    dev_copy.mul_(2)"
+    )
+    text = profile_on_gpu(gpu_ip, capsys, cell)
+    assert "host-to-device copies from pageable memory" in text and "pin_memory" in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_item_in_the_loop_is_counted(gpu_ip, capsys):
+    cell = (
+        "w = torch.randn(1024, 1024, device='cuda')\ntotal = 0.0\n"
+        "for _ in range(50):\n    total += (w @ w).sum().item()"
+    )
+    text = profile_on_gpu(gpu_ip, capsys, cell)
+    assert "host syncs inside the loop" in text and "50× `.item()`" in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_sleeping_dataset_is_named_as_the_input_pipeline(gpu_ip, capsys):
+    cell = (
+        "import time\n"
+        "class Slow(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 64\n"
+        "    def __getitem__(self, i):\n        time.sleep(0.002)\n        return torch.randn(256)\n"
+        "lin = nn.Linear(256, 256).cuda()\n"
+        "for batch in torch.utils.data.DataLoader(Slow(), batch_size=8):\n"
+        "    lin(batch.cuda(non_blocking=True)).sum().backward()"
+    )
+    text = profile_on_gpu(gpu_ip, capsys, cell)
+    assert "input pipeline" in text and "in the DataLoader fetching batches" in text and "num_workers" in text
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_clean_bf16_loop_gets_no_hint(gpu_ip, capsys):
+    cell = (
+        "model = nn.Sequential(nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 4096)).cuda().bfloat16()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "inp = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+        "for _ in range(20):\n    model(inp).float().pow(2).mean().backward()\n"
+        "    opt.step()\n    opt.zero_grad(set_to_none=True)"
+    )
+    text = profile_on_gpu(gpu_ip, capsys, cell)
+    assert "[  OK] no problem found" in text and "WARN" not in text, text
