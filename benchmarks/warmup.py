@@ -1,8 +1,9 @@
 """Benchmark %gpu_warmup: the first training step in a fresh kernel, cold and after a warm-up.
 
-    python benchmarks/warmup.py [--trials 3] [--steps 30] [--workloads cnn,transformer] [--json]
+    python benchmarks/warmup.py [--trials 3] [--steps 30] [--workloads cnn,transformer,mlp] [--json]
 
-For each workload (a small CNN; one transformer encoder block) and each arm (cold; after
+For each workload (a small CNN with SGD in fp32; a transformer encoder block with AdamW under
+bf16 autocast; an MLP with Adam in fp32) and each arm (cold; after
 `%gpu_warmup`), a fresh ipykernel per trial, arms interleaved, measures inside the kernel:
 the warm-up's own cost, model + optimizer set-up, the first, second and steady-state (median of
 steps 3..N) training step, each after torch.cuda.synchronize(). Both arms `%load_ext jupyter_gpu`
@@ -23,17 +24,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
 
+# workload -> (model, batch, optimizer, autocast dtype or None): the three models of issue #17.
 MODELS = {
     "cnn": (
         "nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),"
         " nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d(1),"
         " nn.Flatten(), nn.Linear(64, 10))",
         "torch.randn(64, 3, 32, 32, device=dev)",
+        "torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)",
+        None,
     ),
     "transformer": (
         "nn.Sequential(nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True), nn.Flatten(),"
         " nn.Linear(128 * 256, 10))",
         "torch.randn(32, 128, 256, device=dev)",
+        "torch.optim.AdamW(model.parameters())",
+        "low",
+    ),
+    "mlp": (
+        "nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))",
+        "torch.randn(64, 784, device=dev)",
+        "torch.optim.Adam(model.parameters())",
+        None,
     ),
 }
 WARMUP_CELL = """\
@@ -49,7 +61,7 @@ t0 = time.perf_counter()
 dev = torch.device("cuda")
 low = torch.bfloat16 if torch.cuda.get_device_capability()[0] >= 8 else torch.float16
 model = {model}.to(dev)
-opt = torch.optim.AdamW(model.parameters())
+opt = {optimizer}
 x = {batch}
 y = torch.randint(0, 10, (x.shape[0],), device=dev)
 torch.cuda.synchronize()
@@ -57,7 +69,7 @@ setup_ms = (time.perf_counter() - t0) * 1e3
 steps = []
 for _ in range({steps}):
     t = time.perf_counter()
-    with torch.autocast("cuda", dtype=low):
+    with torch.autocast("cuda", dtype={autocast}, enabled={autocast} is not None):
         loss = F.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
@@ -96,8 +108,9 @@ def trial(workload: str, warm: bool, steps: int) -> dict:
         if warm:
             text = run_cell(client, WARMUP_CELL)
             result["warmup_ms"] = float(text.split("WARMUP_MS")[-1])
-        model, batch = MODELS[workload]
-        text = run_cell(client, STEP_CELL.format(model=model, batch=batch, steps=steps))
+        model, batch, optimizer, autocast = MODELS[workload]
+        cell = STEP_CELL.format(model=model, batch=batch, optimizer=optimizer, autocast=autocast, steps=steps)
+        text = run_cell(client, cell)
         result.update(json.loads(text.split("RESULT", 1)[1]))
         return result
     finally:
@@ -170,7 +183,7 @@ def main() -> None:
     )
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--workloads", default="cnn,transformer")
+    parser.add_argument("--workloads", default=",".join(MODELS))
     parser.add_argument(
         "--json", action="store_true", help="print the raw figures as JSON instead of the table"
     )

@@ -2,9 +2,12 @@
 
 Under lazy module loading each kernel family loads on first use; cuBLAS, cuBLASLt, cuDNN and
 attention build handles and choose algorithms on their first call; the first optimizer
-constructor imports ``torch._dynamo`` (seconds of CPU). A warm-up moves those costs to a moment
-the user picks: it does not remove them, and it cannot load the kernels of a particular model,
-which is what ``%%gpu_warmup``'s cell form (run the user's own step once) is for.
+constructor imports ``torch._dynamo`` (seconds of CPU). cuDNN and cuBLAS choose kernels by
+shape, so the warm-up trains small CNNs, MLPs and transformer blocks of the shapes first
+notebooks use (forward, backward, each common optimizer's first and later steps), in fp32 and
+under autocast. A warm-up moves those costs to a moment the user picks: it does not remove them,
+and it cannot know every shape of a particular model, which is what ``%%gpu_warmup``'s cell form
+(run the user's own step once) is for.
 It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times larger.
 
 Plain library code (no IPython): ``%gpu_warmup`` (``kernel/warmup_magic.py``) and
@@ -16,6 +19,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,9 +83,26 @@ def _block(section: Section) -> ReportSection:
     return ReportSection(section.title, rows, section.notes)
 
 
+# Common shapes of first notebooks (CIFAR/MNIST-sized CNNs, MLPs, small transformers): under lazy
+# loading cuDNN and cuBLAS load one kernel per algorithm they pick, and they pick by shape, so the
+# warm-up trains on the shapes people start with rather than on one tiny example.
+_IMAGES = ((3, 32, 64), (3, 32, 16), (1, 28, 64))  # (channels, size, batch)
+_WIDTHS = (64, 128, 256, 512, 1024)
+_LINEARS = (
+    *[(i, o) for i in _WIDTHS for o in (*_WIDTHS, 10)],
+    (784, 256),
+    (784, 512),
+    (4096, 4096),
+    (8192, 10),
+    (32768, 10),  # a flattened feature map into a classifier head
+)
+_TRANSFORMERS = ((256, 8, 1024, 128, 32, "relu", False), (512, 8, 2048, 128, 16, "gelu", True))
+
+
 def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str, Callable[[], None]]]:
-    """The warm-up, as (label, action) pairs for one device; each action touches one library."""
+    """The warm-up, as (label, action) pairs for one device; each action touches one family."""
     F = torch.nn.functional
+    nn = torch.nn
     dev = torch.device("cuda", index)
     major, _ = torch.cuda.get_device_capability(index)
     low = torch.bfloat16 if major >= 8 else torch.float16  # bf16 only where the GPU has it
@@ -91,6 +112,16 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
     def randn(*shape: int, dtype: Any = torch.float32) -> Any:
         return torch.randn(*shape, device=dev, dtype=dtype)
 
+    def labels(n: int, classes: int = 10) -> Any:
+        return torch.randint(0, classes, (n,), device=dev)
+
+    def train(model: Any, x: Any, y: Any) -> None:
+        """Forward, cross-entropy and backward, in fp32 and under autocast: both kernel sets."""
+        for autocast in (False, True):
+            with torch.autocast("cuda", dtype=low, enabled=autocast):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+
     def elementwise() -> None:
         x = randn(1 << 16)
         (x * 2 + 1).relu_().sum().item()
@@ -99,48 +130,113 @@ def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str,
     def matmul(dtype: Any) -> Callable[[], None]:
         return lambda: randn(256, 256, dtype=dtype) @ randn(256, 256, dtype=dtype)
 
-    def linear() -> None:
-        for dtype in halves:
-            F.linear(randn(64, 256, dtype=dtype), randn(256, 256, dtype=dtype), randn(256, dtype=dtype))
+    def cnns() -> None:
+        for channels, size, batch in _IMAGES:
+            model = nn.Sequential(
+                nn.Conv2d(channels, 32, 3, padding=1),
+                nn.BatchNorm2d(32),
+                nn.ReLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(32, 64, 3, padding=1),
+                nn.BatchNorm2d(64),
+                nn.ReLU(),
+                nn.AdaptiveAvgPool2d(1),
+                nn.Flatten(),
+                nn.Linear(64, 10),
+            ).to(dev)
+            train(model, randn(batch, channels, size, size), labels(batch))
+        resnet = nn.Sequential(  # strided, 1x1 and 7x7 convs, group norm, average pooling
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            nn.Conv2d(64, 128, 3, stride=2, padding=1, bias=False),
+            nn.GroupNorm(8, 128),
+            nn.SiLU(),
+            nn.Conv2d(128, 256, 1, bias=False),
+            nn.BatchNorm2d(256),
+            nn.AvgPool2d(2),
+            nn.Flatten(),
+            nn.Dropout(0.1),
+            nn.Linear(256 * 4 * 4, 10),
+        ).to(dev)
+        train(resnet, randn(16, 3, 64, 64), labels(16))
 
-    def conv() -> None:
-        y = F.conv2d(randn(8, 3, 32, 32), randn(16, 3, 3, 3), padding=1)
-        F.adaptive_avg_pool2d(F.relu(F.batch_norm(y, None, None, training=True)), 1)
+    def linears() -> None:
+        for batch in (64, 256):
+            for fan_in, fan_out in _LINEARS:
+                layer = nn.Linear(fan_in, fan_out, device=dev)
+                head = nn.Linear(fan_out, 10, device=dev) if fan_out != 10 else nn.Identity()
+                train(nn.Sequential(layer, nn.ReLU(), head), randn(batch, fan_in), labels(batch))
+        mlp = nn.Sequential(
+            nn.Linear(512, 512), nn.GELU(), nn.LayerNorm(512), nn.Dropout(0.1), nn.Tanh(), nn.Linear(512, 10)
+        ).to(dev)
+        train(mlp, randn(64, 512), labels(64))
 
-    def conv_autocast() -> None:
-        with torch.autocast("cuda", dtype=low):
-            conv()
+    def transformers() -> None:
+        for d, heads, ff, seq, batch, activation, norm_first in _TRANSFORMERS:
+            model = nn.Sequential(
+                nn.Embedding(1000, d),
+                nn.TransformerEncoderLayer(
+                    d, heads, ff, batch_first=True, activation=activation, norm_first=norm_first
+                ),
+                nn.Linear(d, 1000),
+                nn.Flatten(0, 1),  # one prediction per token
+            ).to(dev)
+            tokens = torch.randint(0, 1000, (batch, seq), device=dev)
+            train(model, tokens, labels(batch * seq, 1000))
 
     def attention() -> None:
         q = randn(2, 4, 128, 64, dtype=low)
         F.scaled_dot_product_attention(q, q, q, is_causal=True)
 
-    def train_step() -> None:
-        nn = torch.nn
-        model = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1),
-            nn.BatchNorm2d(8),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-            nn.Linear(8, 10),
-        ).to(dev)
-        opt = torch.optim.AdamW(model.parameters())
-        with torch.autocast("cuda", dtype=low):
-            loss = F.cross_entropy(model(randn(4, 3, 16, 16)), torch.randint(0, 10, (4,), device=dev))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def optimizers() -> None:
+        """Each common optimizer's first step (state creation) and second (the steady path)."""
+        optim = torch.optim
+        variants: list[tuple[Callable[..., Any], dict[str, Any]]] = [
+            (optim.SGD, {"lr": 0.1}),
+            (optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+            (optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}),
+            (optim.Adam, {}),
+            (optim.Adam, {"weight_decay": 1e-4}),
+            (optim.AdamW, {}),
+        ]
+        for dtype, fused in ((torch.float32, False), (low, False), (torch.float32, True)):
+            params = [nn.Parameter(randn(n, dtype=dtype)) for n in (10, 1000, 100_000)]
+            for make, options in variants:
+                opt = make(params, **options, **({"fused": True} if fused else {}))
+                for _ in range(2):
+                    for p in params:
+                        p.grad = torch.randn_like(p)
+                    nn.utils.clip_grad_norm_(params, 1.0)
+                    opt.step()
+                opt.zero_grad(set_to_none=False)
+
+    def grad_scaler() -> None:
+        model = nn.Linear(64, 10).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
+        for _ in range(2):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = F.cross_entropy(model(randn(64, 64)), labels(64))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
 
     steps = [
         ("context", lambda: torch.empty(1, device=dev)),
         ("elementwise, reduction, RNG", elementwise),
         *[(f"matmul {str(d).removeprefix('torch.')} (cuBLAS)", matmul(d)) for d in [torch.float32, *halves]],
-        ("linear with bias, half precision (cuBLASLt)", linear),
-        ("conv2d + batchnorm fp32 (cuDNN)", conv),
-        (f"conv2d + batchnorm under {low_name} autocast", conv_autocast),
         (f"scaled-dot-product attention {low_name}", attention),
-        ("backward + AdamW step (first AdamW imports torch._dynamo)", train_step),
+        (
+            "optimizers: SGD, Adam, AdamW, foreach and fused, first and later steps "
+            "(the first one imports torch._dynamo)",
+            optimizers,
+        ),
+        ("fp16 GradScaler step", grad_scaler),
+        (f"CNN training steps: conv, norms, pooling, cross-entropy (fp32, {low_name})", cnns),
+        (f"linear layers of common widths, forward + backward (fp32, {low_name})", linears),
+        (f"transformer encoder blocks, forward + backward (fp32, {low_name})", transformers),
     ]
     if nccl:
         steps.append(
@@ -200,10 +296,15 @@ def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = Fals
 
 
 def warm_up(devices: list[int], nccl: bool = False, compile: bool = False) -> WarmupReport:
-    """Warm each device in turn; usable without IPython (scripts, benchmarks)."""
+    """Warm every device, in parallel; usable without IPython (scripts, benchmarks)."""
     import torch
 
-    report = WarmupReport([warm_device(torch, i, nccl, compile) for i in devices])
+    if len(devices) > 1:  # one thread per device: kernel loading and cuDNN set-up overlap
+        with ThreadPoolExecutor(len(devices), thread_name_prefix="gpu-warmup") as pool:
+            sections = list(pool.map(lambda i: warm_device(torch, i, nccl, compile), devices))
+    else:
+        sections = [warm_device(torch, i, nccl, compile) for i in devices]
+    report = WarmupReport(sections)
     launchers = sorted({v for k, v in _FORK_LAUNCHERS.items() if k in sys.modules})
     if launchers:
         report.notes.append(

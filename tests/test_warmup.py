@@ -169,10 +169,11 @@ def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
     for step in (
         "context",
         "matmul float32",
-        "linear with bias",
-        "conv2d + batchnorm fp32",
         "scaled-dot-product attention",
-        "backward + AdamW step",
+        "optimizers: SGD, Adam, AdamW",
+        "CNN training steps",
+        "linear layers of common widths",
+        "transformer encoder blocks",
     ):
         assert step in first
     report = warmup.warm_up([0])
@@ -201,29 +202,22 @@ def test_bad_device_index_on_a_gpu_machine(ip):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.timeout(900)
-def test_warmup_makes_the_first_step_of_a_small_cnn_faster_in_fresh_kernels():
-    """Fresh kernels, arms interleaved (benchmarks/warmup.py): cold ~340 ms vs ~110 ms warm on H200."""
+@pytest.mark.timeout(1200)
+def test_after_warmup_the_first_step_is_within_10x_of_steady_in_fresh_kernels():
+    """Issue #17's three models in fresh kernels, arms interleaved (benchmarks/warmup.py): a small
+    CNN with SGD, a transformer block with AdamW under bf16 autocast, an MLP with Adam."""
     pytest.importorskip("jupyter_client")
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "warmup.py"),
-            "--trials",
-            "2",
-            "--steps",
-            "10",
-            "--workloads",
-            "cnn",
-            "--json",
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / "warmup.py"), "--trials", "2", "--steps", "20", "--json"],
         capture_output=True,
         text=True,
-        timeout=850,
+        timeout=1150,
         check=True,
     )
-    cnn = json.loads(done.stdout.strip().splitlines()[-1])["results"]["cnn"]
-    cold, warm = cnn["cold"], cnn["after %gpu_warmup"]
-    assert statistics.median(warm["first_ms"]) < 0.6 * statistics.median(cold["first_ms"])
-    assert statistics.median(warm["setup_ms"]) < statistics.median(cold["setup_ms"])
-    assert all(ms > 0 for ms in warm["warmup_ms"])
+    results = json.loads(done.stdout.strip().splitlines()[-1])["results"]
+    for workload, arms in results.items():
+        cold, warm = arms["cold"], arms["after %gpu_warmup"]
+        first, steady = statistics.median(warm["first_ms"]), statistics.median(warm["steady_ms"])
+        assert first <= 10 * steady, f"{workload}: first step {first:.1f} ms, steady {steady:.2f} ms"
+        assert first < statistics.median(cold["first_ms"]), workload
+        assert statistics.median(warm["warmup_ms"]) < 12_000, f"{workload}: the warm-up took too long"

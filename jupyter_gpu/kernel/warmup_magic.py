@@ -45,11 +45,12 @@ class WarmupMagics(ShellMagics):
     def gpu_warmup(self, line: str, cell: str | None = None) -> None:
         """Pay CUDA's start-up costs now, so that the first real step is not mysteriously slow.
 
-        ``%gpu_warmup [--devices 0,1|all] [--nccl] [--compile] [--quiet]`` runs, per device: the
-        CUDA context, elementwise/reduction/RNG kernels, a matmul in each dtype, a linear layer
-        with bias, conv2d + batchnorm in fp32 and under bf16 autocast, scaled-dot-product
-        attention, and a tiny backward pass with an AdamW step; then shows what each cost. A
-        second call is near free and says so.
+        ``%gpu_warmup [--devices 0,1|all] [--nccl] [--compile] [--quiet]`` runs, per device (in
+        parallel): the CUDA context, elementwise/reduction/RNG kernels, a matmul in each dtype,
+        scaled-dot-product attention, two steps of SGD, Adam and AdamW (foreach and fused), and
+        training steps (forward, cross-entropy, backward) of small CNNs, linear layers of common
+        widths and transformer blocks, in fp32 and under bf16 autocast; then shows what each
+        cost. A second call is near free and says so.
 
         ``%%gpu_warmup [--repeat N]`` runs the cell itself once cold and N times warm (write it
         so that running it more than once is harmless, e.g. a step on a dummy batch): the only
