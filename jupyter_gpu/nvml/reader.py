@@ -24,6 +24,50 @@ from .reasons import PROBLEMS, Problem
 Values = dict[str, Any]
 Unsupported = dict[str, str]
 
+# NVML's clocks event reasons (called throttle reasons before driver 535): bit, name.
+CLOCK_THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
+    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"),
+    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap"),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
+    (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost"),
+    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
+    (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
+)
+# ECC error counts, retired pages (before Ampere) and remapped rows (Ampere on): name, NVML field.
+MEMORY_ERROR_FIELDS: tuple[tuple[str, int], ...] = (
+    ("ecc_corrected_volatile", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL),
+    ("ecc_uncorrected_volatile", pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL),
+    ("ecc_corrected_aggregate", pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL),
+    ("ecc_uncorrected_aggregate", pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL),
+    ("retired_pages_single_bit", pynvml.NVML_FI_DEV_RETIRED_SBE),
+    ("retired_pages_double_bit", pynvml.NVML_FI_DEV_RETIRED_DBE),
+    ("retired_pages_pending", pynvml.NVML_FI_DEV_RETIRED_PENDING),
+    ("remapped_rows_correctable", pynvml.NVML_FI_DEV_REMAPPED_COR),
+    ("remapped_rows_uncorrectable", pynvml.NVML_FI_DEV_REMAPPED_UNC),
+    ("remapped_rows_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING),
+    ("remapped_rows_failed", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
+)
+# Read in one nvmlDeviceGetFieldValues call (a few ms) on the slow cadence. Memory temperature
+# has no getter of its own.
+FIELD_VALUES = (("memory_temperature_celsius", pynvml.NVML_FI_DEV_MEMORY_TEMP), *MEMORY_ERROR_FIELDS)
+_FLAG_FIELDS = frozenset({"retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed"})
+PCIE_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+# What ``slow`` reads; null in a sample until its first reading.
+SLOW_FIELDS = (*PCIE_FIELDS, *(name for name, _ in FIELD_VALUES))
+# The union member of NVML's field value that each value type fills.
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
 
 class NvmlUnavailable(Exception):
     """NVML cannot be used at all; ``reason`` says why and what to do, ``detail`` is NVML's word."""
@@ -172,6 +216,10 @@ class NvmlReader:
         )
         self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), _milli)
         self._field(
+            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), _milli
+        )
+        self._field(values, unsupported, "clock_throttle_reasons", lambda: self._throttle_mask(h), _reasons)
+        self._field(
             values,
             unsupported,
             "clock_sm_mhz",
@@ -188,13 +236,13 @@ class NvmlReader:
         return values, unsupported
 
     def slow(self, index: int) -> tuple[Values, Unsupported]:
-        """PCIe throughput: NVML samples it over ~20 ms per call, so it runs on its own cadence."""
+        """PCIe throughput (NVML samples it over ~20 ms per call) and the field values (a few ms),
+        so they run on their own cadence."""
         nvml, h = self.nvml, self._handle(index)
         values: Values = {}
         unsupported: Unsupported = {}
-        for name, counter in (
-            ("pcie_rx_bytes_per_second", pynvml.NVML_PCIE_UTIL_RX_BYTES),
-            ("pcie_tx_bytes_per_second", pynvml.NVML_PCIE_UTIL_TX_BYTES),
+        for name, counter in zip(
+            PCIE_FIELDS, (pynvml.NVML_PCIE_UTIL_RX_BYTES, pynvml.NVML_PCIE_UTIL_TX_BYTES)
         ):
             self._field(
                 values,
@@ -203,6 +251,7 @@ class NvmlReader:
                 functools.partial(nvml.nvmlDeviceGetPcieThroughput, h, counter),
                 lambda kib: kib * 1024,
             )
+        self._field_values(h, values, unsupported)
         return values, unsupported
 
     def processes(self, index: int) -> list[Values]:
@@ -277,6 +326,39 @@ class NvmlReader:
         if version == "v1":
             unsupported["memory_reserved_bytes"] = "needs memory info v2 (driver 510 or newer)"
 
+    def _throttle_mask(self, h: Any) -> int:
+        nvml = self.nvml
+        _, mask = self._versioned(
+            "clocks_event_reasons",
+            (
+                ("event", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h)),
+                ("throttle", lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)),  # before 535
+            ),
+        )
+        return mask
+
+    def _field_values(self, h: Any, values: Values, unsupported: Unsupported) -> None:
+        """Each field carries its own return code: one unsupported field costs only itself."""
+        try:
+            answers = self.nvml.nvmlDeviceGetFieldValues(h, [field_id for _, field_id in FIELD_VALUES])
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            for name, _ in FIELD_VALUES:
+                values[name] = None
+                unsupported[name] = field_reason(error)
+            return
+        for (name, _), answer in zip(FIELD_VALUES, answers):
+            values[name] = None
+            if answer.nvmlReturn != pynvml.NVML_SUCCESS:
+                failure = pynvml.NVMLError(answer.nvmlReturn)
+                self._raise_state(failure)
+                unsupported[name] = field_reason(failure)
+            elif answer.valueType not in _VALUE_MEMBERS:
+                unsupported[name] = f"read failed: unknown NVML value type {answer.valueType}"
+            else:
+                value = getattr(answer.value, _VALUE_MEMBERS[answer.valueType])
+                values[name] = bool(value) if name in _FLAG_FIELDS else value
+
     def _processes(self, h: Any) -> list[Values]:
         nvml = self.nvml
         _, procs = self._versioned(
@@ -315,3 +397,8 @@ class NvmlReader:
 
 def _milli(value: int) -> float:
     return value / 1000.0
+
+
+def _reasons(mask: int) -> list[str]:
+    """The active clocks event reasons, by name, in NVML's bit order."""
+    return [name for bit, name in CLOCK_THROTTLE_REASONS if mask & bit]

@@ -7,12 +7,16 @@ fail only sometimes). It is never the default backend, and everything it feeds i
 
 Readings use the format of ``tests/fixtures/nvml_readings_2gpu.json``; a file of the form
 ``{"init_error": "NVML_ERROR_DRIVER_NOT_LOADED"}`` simulates a machine where NVML cannot start.
+Its clocks event reasons and field values (memory temperature, ECC, remapped rows) come from
+the ``nvidia-smi -q`` taken with it; a field missing there is not supported, as on the H200
+(retired pages). The energy counter is the recorded power integrated since this stand-in started.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,6 +42,7 @@ class SimulatedNVML:
             self.fail("nvmlInit", getattr(pynvml, init_error))
         self.calls: dict[str, int] = defaultdict(int)
         self.threads: set[str] = set()  # names of the threads that called NVML
+        self._started = time.monotonic()
 
     @classmethod
     def from_file(cls, path: str | Path) -> SimulatedNVML:
@@ -155,6 +160,31 @@ class SimulatedNVML:
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         self._check("nvmlDeviceGetPowerUsage", h)
         return self._device(h)["power_mw"]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        self._check("nvmlDeviceGetTotalEnergyConsumption", h)
+        return round(self._device(h)["power_mw"] * (time.monotonic() - self._started))  # mJ
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        self._check("nvmlDeviceGetCurrentClocksEventReasons", h)
+        return self._device(h)["clocks_event_reasons"]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+        self._check("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        return self._device(h)["clocks_event_reasons"]
+
+    def nvmlDeviceGetFieldValues(self, h: int, field_ids: list[int]) -> list[SimpleNamespace]:
+        self._check("nvmlDeviceGetFieldValues", h)
+        recorded = {getattr(pynvml, name): value for name, value in self._device(h)["field_values"].items()}
+        return [
+            SimpleNamespace(
+                fieldId=field_id,
+                nvmlReturn=pynvml.NVML_SUCCESS if field_id in recorded else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                value=SimpleNamespace(ullVal=recorded.get(field_id, 0)),
+            )
+            for field_id in field_ids
+        ]
 
     def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
         self._check("nvmlDeviceGetClockInfo", h)

@@ -48,6 +48,15 @@ class GPUMonitor(ExtensionApp):
     retry_interval = Float(
         10.0, min=0.1, config=True, help="Seconds between attempts to start NVML while no GPU is usable."
     )
+    metrics_kernel_labels = Enum(
+        ["both", "kernel", "notebook", "none"],
+        default_value="both",
+        config=True,
+        help="Which kernel labels the per-kernel series in /metrics carry: 'both' (kernel_id and "
+        "notebook_path), 'kernel', 'notebook' or 'none' (per GPU only). Every kernel start makes new "
+        "kernel_id series, so set 'notebook' or 'none' to cap the number of series; kernels that then "
+        "share labels are summed into one series.",
+    )
     show_all_users = Bool(
         False,
         config=True,

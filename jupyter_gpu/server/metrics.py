@@ -1,41 +1,270 @@
 """Prometheus collector for jupyter_server's own ``/metrics`` endpoint.
 
 It reads the sampler's latest sample and the last kernel attribution at scrape time, so a
-scrape costs no NVML call. Units are base units (bytes, watts, celsius, hertz, ratios 0–1).
+scrape costs no NVML call. Units are base units (bytes, watts, joules, celsius, hertz, ratios
+0–1), cumulative counts are counters named ``_total``, and a field a GPU cannot read is absent,
+never zero. ``jupyter_gpu/monitoring/`` holds recording rules to DCGM's names and units and a
+Grafana dashboard over these series.
+
+Per-kernel series carry the labels ``c.GPUMonitor.metrics_kernel_labels`` keeps; kernels that
+share those labels are summed into one series, so no two series ever have the same labels
+(Prometheus drops a whole scrape with a duplicate).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from prometheus_client import REGISTRY
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-GPU_LABELS = ["gpu", "uuid"]
+from ..nvml.reader import CLOCK_THROTTLE_REASONS
 
-# (metric suffix, sample field, scale to base unit, help)
-GPU_GAUGES: tuple[tuple[str, str, float, str], ...] = (
-    ("utilization_ratio", "utilization_gpu_percent", 0.01, "Fraction of time a kernel ran on the GPU (0-1)."),
-    (
+GPU_LABELS = ["gpu", "uuid"]
+# c.GPUMonitor.metrics_kernel_labels -> the kernel labels per-kernel series carry
+KERNEL_LABELS: dict[str, tuple[str, ...]] = {
+    "both": ("kernel_id", "notebook_path"),
+    "kernel": ("kernel_id",),
+    "notebook": ("notebook_path",),
+    "none": (),
+}
+
+
+class Family(NamedTuple):
+    """One metric family of per-GPU fields; ``fields`` pairs a value of ``label`` with a field."""
+
+    counter: bool
+    name: str
+    doc: str
+    fields: tuple[tuple[str, str], ...]
+    label: str | None = None
+    scale: float = 1.0
+
+
+def _gauge(name: str, field: str, doc: str, scale: float = 1.0) -> Family:
+    return Family(False, name, doc, (("", field),), scale=scale)
+
+
+GPU_FAMILIES: tuple[Family, ...] = (
+    _gauge(
+        "utilization_ratio",
+        "utilization_gpu_percent",
+        "Fraction of time a kernel ran on the GPU (0-1).",
+        0.01,
+    ),
+    _gauge(
         "memory_utilization_ratio",
         "utilization_memory_percent",
-        0.01,
         "Fraction of time device memory was read or written (0-1).",
+        0.01,
     ),
-    ("memory_used_bytes", "memory_used_bytes", 1, "Device memory used by processes (NVML memory info v2)."),
-    ("memory_reserved_bytes", "memory_reserved_bytes", 1, "Device memory reserved by the driver."),
-    ("memory_free_bytes", "memory_free_bytes", 1, "Free device memory."),
-    ("memory_total_bytes", "memory_total_bytes", 1, "Total device memory."),
-    ("temperature_celsius", "temperature_celsius", 1, "GPU core temperature."),
-    ("power_watts", "power_watts", 1, "Power draw."),
-    ("power_limit_watts", "power_limit_watts", 1, "Enforced power limit."),
-    ("sm_clock_hertz", "clock_sm_mhz", 1e6, "SM clock."),
-    ("memory_clock_hertz", "clock_mem_mhz", 1e6, "Memory clock."),
-    ("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", 1, "PCIe receive throughput."),
-    ("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", 1, "PCIe transmit throughput."),
+    _gauge(
+        "memory_used_bytes", "memory_used_bytes", "Device memory used by processes (NVML memory info v2)."
+    ),
+    _gauge("memory_reserved_bytes", "memory_reserved_bytes", "Device memory reserved by the driver."),
+    _gauge("memory_free_bytes", "memory_free_bytes", "Free device memory."),
+    _gauge("memory_total_bytes", "memory_total_bytes", "Total device memory."),
+    _gauge("temperature_celsius", "temperature_celsius", "GPU core temperature."),
+    _gauge("memory_temperature_celsius", "memory_temperature_celsius", "Device memory (HBM) temperature."),
+    _gauge("power_watts", "power_watts", "Power draw."),
+    _gauge("power_limit_watts", "power_limit_watts", "Enforced power limit."),
+    _gauge("sm_clock_hertz", "clock_sm_mhz", "SM clock.", 1e6),
+    _gauge("memory_clock_hertz", "clock_mem_mhz", "Memory clock.", 1e6),
+    _gauge("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", "PCIe receive throughput."),
+    _gauge("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", "PCIe transmit throughput."),
+    _gauge(
+        "retired_pages_pending",
+        "retired_pages_pending",
+        "1 when a page waits for retirement at driver reload.",
+    ),
+    _gauge("row_remap_pending", "remapped_rows_pending", "1 when a row remapping waits for a GPU reset."),
+    _gauge(
+        "row_remap_failed", "remapped_rows_failed", "1 when a row remapping failed: the GPU needs service."
+    ),
+    Family(True, "energy_joules", "Energy used since the driver loaded.", (("", "energy_joules"),)),
+    Family(
+        True,
+        "ecc_errors",
+        "ECC errors since the driver loaded (corrected: single-bit; uncorrected: double-bit).",
+        (("corrected", "ecc_corrected_volatile"), ("uncorrected", "ecc_uncorrected_volatile")),
+        label="error_type",
+    ),
+    Family(
+        True,
+        "ecc_lifetime_errors",
+        "ECC errors over the GPU's life (NVML's aggregate counts, kept across driver reloads).",
+        (("corrected", "ecc_corrected_aggregate"), ("uncorrected", "ecc_uncorrected_aggregate")),
+        label="error_type",
+    ),
+    Family(
+        True,
+        "retired_pages",
+        "Device memory pages retired after ECC errors (GPUs before Ampere).",
+        (("single_bit_ecc", "retired_pages_single_bit"), ("double_bit_ecc", "retired_pages_double_bit")),
+        label="cause",
+    ),
+    Family(
+        True,
+        "remapped_rows",
+        "Device memory rows remapped after ECC errors (Ampere and later).",
+        (("correctable", "remapped_rows_correctable"), ("uncorrectable", "remapped_rows_uncorrectable")),
+        label="cause",
+    ),
 )
+
+# (stats file field, metric name, help, counter) for PyTorch's caching allocator in each kernel
+ALLOCATOR_SERIES: tuple[tuple[str, str, str, bool], ...] = (
+    ("allocated_bytes", "allocated_bytes", "Memory in live tensors.", False),
+    ("reserved_bytes", "reserved_bytes", "Memory the caching allocator holds from the driver.", False),
+    (
+        "inactive_split_bytes",
+        "inactive_split_bytes",
+        "Free memory trapped in segments that hold live blocks.",
+        False,
+    ),
+    (
+        "fragmentation",
+        "fragmentation_ratio",
+        "inactive_split / reserved (0-1): memory empty_cache() cannot return.",
+        False,
+    ),
+    ("num_alloc_retries", "alloc_retries", "Allocations that had to free the cache and retry.", True),
+    ("num_ooms", "ooms", "Out-of-memory errors raised by the allocator.", True),
+)
+
+
+def _family(
+    counter: bool, name: str, doc: str, labels: Sequence[str]
+) -> GaugeMetricFamily | CounterMetricFamily:
+    kind = CounterMetricFamily if counter else GaugeMetricFamily
+    return kind(f"jupyter_gpu_{name}", doc, labels=list(labels))
+
+
+def _gpu_key(index: Any, uuid: str | None) -> tuple[str, str]:
+    return (str(index), uuid or "")
+
+
+def gpu_families(gpus: Iterable[dict[str, Any]]) -> Iterator[Metric]:
+    """Every per-GPU family, from one sample's GPUs; a field that is null is left out."""
+    gpus = list(gpus)
+    up = GaugeMetricFamily("jupyter_gpu_up", "1 when the GPU answers, 0 when it is lost.", labels=GPU_LABELS)
+    for gpu in gpus:
+        up.add_metric(_gpu_key(gpu["index"], gpu.get("uuid")), 1.0 if gpu["state"] == "ok" else 0.0)
+    yield up
+    for spec in GPU_FAMILIES:
+        family = _family(spec.counter, spec.name, spec.doc, GPU_LABELS + ([spec.label] if spec.label else []))
+        for gpu in gpus:
+            for label_value, field in spec.fields:
+                value = gpu.get(field)
+                if value is not None:
+                    extra = [label_value] if spec.label else []
+                    family.add_metric([*_gpu_key(gpu["index"], gpu.get("uuid")), *extra], value * spec.scale)
+        yield family
+    throttle = GaugeMetricFamily(
+        "jupyter_gpu_clock_throttle_active",
+        "1 while this reason holds the clocks below their maximum (NVML's clocks event reasons).",
+        labels=[*GPU_LABELS, "reason"],
+    )
+    for gpu in gpus:
+        active = gpu.get("clock_throttle_reasons")
+        if active is not None:
+            for _, reason in CLOCK_THROTTLE_REASONS:
+                throttle.add_metric(
+                    [*_gpu_key(gpu["index"], gpu.get("uuid")), reason], float(reason in active)
+                )
+    yield throttle
+
+
+def info_family(system: dict[str, Any], devices: Iterable[dict[str, Any]]) -> InfoMetricFamily:
+    """``jupyter_gpu_gpu_info``: what does not change while the server runs, as labels of a 1."""
+    info = InfoMetricFamily("jupyter_gpu_gpu", "Identity of each GPU and its driver.", labels=GPU_LABELS)
+    versions = {key: system.get(key) or "" for key in ("driver_version", "cuda_driver_version")}
+    for device in devices:
+        details = {"name": device.get("name") or "", "pci_bus_id": device.get("pci_bus_id") or "", **versions}
+        info.add_metric(_gpu_key(device["index"], device.get("uuid")), details)
+    return info
+
+
+def _kernel_key(
+    kernel: dict[str, Any], index: Any, uuid: str | None, keep: tuple[str, ...]
+) -> tuple[str, ...]:
+    values = {"kernel_id": kernel["id"], "notebook_path": kernel.get("path") or ""}
+    return (*_gpu_key(index, uuid), *(values[name] for name in keep))
+
+
+def kernel_memory(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """GPU memory held by kernels' process trees, summed over kernels that share the kept labels."""
+    totals: dict[tuple[str, ...], float] = {}
+    for kernel in kernels:
+        for row in kernel["gpu_memory"]:
+            key = _kernel_key(kernel, row["gpu_index"], row.get("uuid"), keep)
+            totals[key] = totals.get(key, 0) + row["used_memory_bytes"]
+    return totals
+
+
+def kernel_allocators(
+    kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]
+) -> dict[tuple[str, ...], dict[str, float]]:
+    """Allocator figures per device and kept labels. Bytes and counts of kernels that share the
+    labels are summed; their fragmentation is weighted by reserved bytes (which, for figures
+    from memory_stats, is inactive_split / reserved of the sums)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for kernel in kernels:
+        for device in (kernel.get("allocator") or {}).get("devices", []):
+            groups.setdefault(_kernel_key(kernel, device["index"], device.get("uuid"), keep), []).append(
+                device
+            )
+    result: dict[tuple[str, ...], dict[str, float]] = {}
+    for key, devices in groups.items():
+        figures: dict[str, float] = {}
+        for field, _, _, _ in ALLOCATOR_SERIES:
+            present = [d for d in devices if d.get(field) is not None]
+            if not present:
+                continue
+            if field != "fragmentation":
+                figures[field] = sum(d[field] for d in present)
+            elif len(present) == 1:
+                figures[field] = present[0][field]
+            else:
+                weight = sum(d.get("reserved_bytes") or 0 for d in present)
+                trapped = sum(d[field] * (d.get("reserved_bytes") or 0) for d in present)
+                figures[field] = trapped / weight if weight else 0.0
+        result[key] = figures
+    return result
+
+
+def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
+    keep = KERNEL_LABELS[mode]
+    labels = [*GPU_LABELS, *keep]
+    memory = GaugeMetricFamily(
+        "jupyter_gpu_kernel_memory_used_bytes",
+        "Device memory held by a kernel's process tree.",
+        labels=labels,
+    )
+    for key, total in kernel_memory(view["kernels"], keep).items():
+        memory.add_metric(key, total)
+    yield memory
+    allocators = kernel_allocators(view["kernels"], keep)
+    for field, name, doc, counter in ALLOCATOR_SERIES:
+        family = _family(counter, f"kernel_allocator_{name}", doc, labels)
+        for key, figures in allocators.items():
+            if field in figures:
+                family.add_metric(key, figures[field])
+        yield family
+    other = GaugeMetricFamily(
+        "jupyter_gpu_unattributed_memory_used_bytes",
+        "Device memory held by processes that are not kernels of this server.",
+        labels=GPU_LABELS,
+    )
+    totals: dict[tuple[str, str], int] = {}
+    for row in view["unattributed"]:
+        key = _gpu_key(row["gpu_index"], row.get("uuid"))
+        totals[key] = totals.get(key, 0) + (row["used_memory_bytes"] or 0)
+    for key, total in totals.items():
+        other.add_metric(key, total)
+    yield other
 
 
 class GPUCollector(Collector):
@@ -44,7 +273,11 @@ class GPUCollector(Collector):
     def __init__(self) -> None:
         self.monitor: Any = None
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
+        # A family without samples would still print its HELP and TYPE: leave it out entirely.
+        return (family for family in self._families() if family.samples)
+
+    def _families(self) -> Iterator[Metric]:
         monitor = self.monitor
         if monitor is None:
             return
@@ -52,87 +285,20 @@ class GPUCollector(Collector):
         available = GaugeMetricFamily("jupyter_gpu_available", "1 when NVML works and sees at least one GPU.")
         available.add_metric([], 1.0 if status.available else 0.0)
         yield available
+        simulated = GaugeMetricFamily(
+            "jupyter_gpu_simulated",
+            "1 when the readings are replayed (simulated backend), not read from GPUs.",
+        )
+        simulated.add_metric([], 1.0 if monitor.simulated else 0.0)
+        yield simulated
         latest = monitor.sampler.latest()
         if not status.available or latest is None:
             return
-        yield from self._gpu_metrics(latest.gpus)
+        yield info_family(status.system, status.devices)
+        yield from gpu_families(latest.gpus)
         if monitor.kernels.last:
-            yield from self._kernel_metrics(monitor.kernels.last)
+            yield from kernel_families(monitor.kernels.last, monitor.metrics_kernel_labels)
 
-    def _gpu_metrics(self, gpus: tuple[dict[str, Any], ...]) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily(
-            "jupyter_gpu_up", "1 when the GPU answers, 0 when it is lost.", labels=GPU_LABELS
-        )
-        for gpu in gpus:
-            up.add_metric([str(gpu["index"]), gpu.get("uuid") or ""], 1.0 if gpu["state"] == "ok" else 0.0)
-        yield up
-        for suffix, field, scale, doc in GPU_GAUGES:
-            family = GaugeMetricFamily(f"jupyter_gpu_{suffix}", doc, labels=GPU_LABELS)
-            for gpu in gpus:
-                value = gpu.get(field)
-                if value is not None:
-                    family.add_metric([str(gpu["index"]), gpu.get("uuid") or ""], value * scale)
-            yield family
-
-    def _kernel_metrics(self, view: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
-        kernel = GaugeMetricFamily(
-            "jupyter_gpu_kernel_memory_used_bytes",
-            "Device memory held by a kernel's process tree.",
-            labels=[*GPU_LABELS, "kernel_id", "notebook_path"],
-        )
-        for k in view["kernels"]:
-            for row in k["gpu_memory"]:
-                kernel.add_metric(
-                    [str(row["gpu_index"]), row.get("uuid") or "", k["id"], k.get("path") or ""],
-                    row["used_memory_bytes"],
-                )
-        yield kernel
-        yield from self._allocator_metrics(view["kernels"])
-        other = GaugeMetricFamily(
-            "jupyter_gpu_unattributed_memory_used_bytes",
-            "Device memory held by processes that are not kernels of this server.",
-            labels=GPU_LABELS,
-        )
-        totals: dict[tuple[str, str], int] = {}
-        for row in view["unattributed"]:
-            key = (str(row["gpu_index"]), row.get("uuid") or "")
-            totals[key] = totals.get(key, 0) + (row["used_memory_bytes"] or 0)
-        for key, total in totals.items():
-            other.add_metric(list(key), total)
-        yield other
-
-    def _allocator_metrics(self, kernels: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
-        labels = [*GPU_LABELS, "kernel_id", "notebook_path"]
-        families = {
-            field: GaugeMetricFamily(f"jupyter_gpu_kernel_allocator_{name}", doc, labels=labels)
-            for field, name, doc in ALLOCATOR_GAUGES
-        }
-        for k in kernels:
-            for device in (k.get("allocator") or {}).get("devices", []):
-                label_values = [str(device["index"]), device.get("uuid") or "", k["id"], k.get("path") or ""]
-                for field, family in families.items():
-                    if device.get(field) is not None:
-                        family.add_metric(label_values, device[field])
-        yield from families.values()
-
-
-# (stats file field, metric name, help) for PyTorch's caching allocator in each kernel
-ALLOCATOR_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("allocated_bytes", "allocated_bytes", "Memory in live tensors."),
-    ("reserved_bytes", "reserved_bytes", "Memory the caching allocator holds from the driver."),
-    (
-        "inactive_split_bytes",
-        "inactive_split_bytes",
-        "Free memory trapped in segments that hold live blocks.",
-    ),
-    (
-        "fragmentation",
-        "fragmentation_ratio",
-        "inactive_split / reserved (0-1): memory empty_cache() cannot return.",
-    ),
-    ("num_alloc_retries", "alloc_retries", "Allocations that had to free the cache and retry."),
-    ("num_ooms", "ooms", "Out-of-memory errors raised by the allocator."),
-)
 
 COLLECTOR = GPUCollector()
 _registered = False

@@ -18,9 +18,12 @@ from typing import Any, Literal
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.processes import ProcessMeta, ProcessTable
+from ..nvml.reader import MEMORY_ERROR_FIELDS, SLOW_FIELDS
 from ..nvml.reasons import Problem, problem_of_kind
 
-SLOW_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+# Only in the latest sample: process lists and memory error counts change rarely and would
+# dominate the history's size.
+LATEST_ONLY = frozenset({"processes", *(name for name, _ in MEMORY_ERROR_FIELDS)})
 # What the API's `state` says about NVML (common.schema.json's nvml_state lists the same values).
 NvmlState = Literal["starting", "ok", "unavailable"]
 
@@ -40,7 +43,7 @@ class Sample:
 
     @classmethod
     def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> Sample:
-        history = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in gpus]
+        history = [{k: v for k, v in gpu.items() if k not in LATEST_ONLY} for gpu in gpus]
         return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
 
 

@@ -23,6 +23,19 @@ export type NvmlProblem =
  */
 export type GpuState = 'ok' | 'lost';
 /**
+ * One of NVML's clocks event reasons (formerly throttle reasons).
+ */
+export type ClockThrottleReason =
+  | 'gpu_idle'
+  | 'applications_clocks_setting'
+  | 'sw_power_cap'
+  | 'hw_slowdown'
+  | 'sync_boost'
+  | 'sw_thermal_slowdown'
+  | 'hw_thermal_slowdown'
+  | 'hw_power_brake_slowdown'
+  | 'display_clock_setting';
+/**
  * Whether there are PyTorch allocator figures for the kernel: 'ok'; 'no_cuda' (the agent runs, PyTorch has not initialised CUDA); 'no_stats' (no stats file: jupyter_gpu is not loaded in the kernel); 'refused' (a file not to be trusted: a symlink, another user's, writable by others, ...); 'malformed' (not the agent's format); 'stale' (too old, or its process is gone).
  */
 export type AllocatorState =
@@ -215,6 +228,62 @@ export interface GpuSample {
    */
   processes?: GpuProcess[] | null;
   unsupported: Unsupported;
+  /**
+   * Energy used since the driver loaded (NVML's total energy consumption); grows until the driver reloads.
+   */
+  energy_joules?: number | null;
+  /**
+   * Why the clocks are below their maximum now (NVML's clocks event reasons); empty when nothing holds them back.
+   */
+  clock_throttle_reasons?: ClockThrottleReason[] | null;
+  /**
+   * Device memory (HBM) temperature. Read on the slower cadence; null until the first such reading.
+   */
+  memory_temperature_celsius?: number | null;
+  /**
+   * Corrected (single-bit) ECC errors since the driver loaded. Only in `latest`; read on the slower cadence.
+   */
+  ecc_corrected_volatile?: number | null;
+  /**
+   * Uncorrected (double-bit) ECC errors since the driver loaded. Only in `latest`; read on the slower cadence.
+   */
+  ecc_uncorrected_volatile?: number | null;
+  /**
+   * Corrected ECC errors over the GPU's life. Only in `latest`; read on the slower cadence.
+   */
+  ecc_corrected_aggregate?: number | null;
+  /**
+   * Uncorrected ECC errors over the GPU's life. Only in `latest`; read on the slower cadence.
+   */
+  ecc_uncorrected_aggregate?: number | null;
+  /**
+   * Pages retired after repeated single-bit errors (GPUs before Ampere). Only in `latest`; read on the slower cadence.
+   */
+  retired_pages_single_bit?: number | null;
+  /**
+   * Pages retired after a double-bit error (GPUs before Ampere). Only in `latest`; read on the slower cadence.
+   */
+  retired_pages_double_bit?: number | null;
+  /**
+   * A page waits for retirement at the next driver reload. Only in `latest`; read on the slower cadence.
+   */
+  retired_pages_pending?: boolean | null;
+  /**
+   * Memory rows remapped after correctable errors (Ampere and later). Only in `latest`; read on the slower cadence.
+   */
+  remapped_rows_correctable?: number | null;
+  /**
+   * Memory rows remapped after uncorrectable errors (Ampere and later). Only in `latest`; read on the slower cadence.
+   */
+  remapped_rows_uncorrectable?: number | null;
+  /**
+   * A remapping waits for a GPU reset. Only in `latest`; read on the slower cadence.
+   */
+  remapped_rows_pending?: boolean | null;
+  /**
+   * A remapping failed: the GPU needs service. Only in `latest`; read on the slower cadence.
+   */
+  remapped_rows_failed?: boolean | null;
 }
 export interface GpuProcess {
   /**
