@@ -177,10 +177,14 @@ def profile_on_gpu(ip, capsys, cell: str, options: str = "--record-shapes") -> s
 
 @pytest.fixture
 def gpu_ip(ip, tmp_path):
+    """The shell, with torch's defaults for TF32 and cuDNN benchmark (restored afterwards)."""
     ip.user_ns["_trace_dir"] = str(tmp_path)
+    benchmark, precision = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
     torch.backends.cudnn.benchmark = False
     torch.set_float32_matmul_precision("highest")
-    return ip
+    yield ip
+    torch.backends.cudnn.benchmark = benchmark
+    torch.set_float32_matmul_precision(precision)
 
 
 @pytest.mark.gpu
