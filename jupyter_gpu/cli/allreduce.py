@@ -91,17 +91,31 @@ def measure(
     iterations: int = 20,
     warmup: int = 5,
     timeout_s: float = 120.0,
+    env: dict[str, str] | None = None,
+    nnodes: int = 1,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
 ) -> AllReduceResult:
     """Launch ``nproc`` ranks on this machine and all-reduce ``size_bytes`` of float32 on each.
 
     The ranks are started by the same launcher as ``%%ddp_launch`` (``Gang``): spawned, their
-    store on loopback, nothing listening beyond this machine.
+    store on loopback, nothing listening beyond this machine, unless ``rdzv_endpoint`` joins
+    ``nnodes`` machines. ``env`` goes to every rank last: ``NCCL_SOCKET_IFNAME`` there replaces
+    the launcher's loopback choice, to test the user's setting.
     """
-    result = AllReduceResult(False, None, backend, nproc, size_bytes, iterations)
+    result = AllReduceResult(False, None, backend, nproc * nnodes, size_bytes, iterations)
     gang = Gang(
-        WorkerOptions(nproc=nproc, backend=backend, start_method="spawn"),
+        WorkerOptions(
+            nproc=nproc,
+            backend=backend,
+            start_method="spawn",
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint,
+        ),
         rank_main,
         lambda session, secret: (backend, size_bytes, iterations, warmup, timeout_s),
+        env=env,
     )
     # Spawned ranks start with the working directory first on sys.path: started in a directory
     # another user can write (/tmp, a shared course folder), a planted multiprocessing/ would
@@ -112,6 +126,9 @@ def measure(
             os.chdir(private)
             try:
                 gang.start()
+            except Exception as error:  # a rendezvous that fails or times out, between nodes
+                result.error = f"the ranks did not start: {type(error).__name__}: {error}"
+                return result
             finally:
                 os.chdir(caller)
             death = gang.wait_for_exit(time.monotonic() + timeout_s)
@@ -131,9 +148,10 @@ def measure(
             f"wrong sum on rank(s) {', '.join(map(str, wrong))}: the GPUs or their links corrupt data"
         )
         return result
+    world = result.world_size
     result.seconds = max(r["seconds"] for r in ranks.values())
-    result.nccl_version = ranks[0]["nccl_version"]
+    result.nccl_version = ranks[min(ranks)]["nccl_version"]
     result.algorithm_bandwidth_gbps = size_bytes / result.seconds / 1e9
-    result.bus_bandwidth_gbps = result.algorithm_bandwidth_gbps * 2 * (nproc - 1) / nproc
+    result.bus_bandwidth_gbps = result.algorithm_bandwidth_gbps * 2 * (world - 1) / world
     result.ok = True
     return result

@@ -60,6 +60,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before a stuck all-reduce fails")
     p.add_argument("--no-allreduce", action="store_true", help="only the per-GPU checks")
+    p.add_argument(
+        "--nccl-env",
+        action="store_true",
+        help="only an all-reduce with NCCL's environment as set (NCCL_SOCKET_IFNAME & co.): do the "
+        "interface settings work? Without a GPU, gloo tests the interface",
+    )
+    p.add_argument("--nnodes", type=int, default=1, help="with --nccl-env: machines taking part")
+    p.add_argument("--node-rank", type=int, default=None, help="with --nccl-env: this machine's rank")
+    p.add_argument(
+        "--rdzv-endpoint", default=None, help="with --nccl-env: host:port of the rendezvous, between nodes"
+    )
     p.add_argument("--json", action="store_true", help="print JSON, for scripts")
     p.set_defaults(run=run)
 
@@ -195,9 +206,104 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+NCCL_ENV_CHECKS = ("nccl_ifname", "gloo_ifname", "nccl_transports", "nccl_errors", "nccl_debug")
+IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def _gloo_ifname(env: dict[str, str]) -> str | None:
+    """The GLOO_SOCKET_IFNAME that tests the user's interface setting: their own, else the
+    interfaces NCCL_SOCKET_IFNAME selects here (gloo takes exact names, NCCL prefixes)."""
+    if "GLOO_SOCKET_IFNAME" in env:
+        return env["GLOO_SOCKET_IFNAME"]
+    if "NCCL_SOCKET_IFNAME" not in env:
+        return None
+    from ..doctor.netif import nccl_selects, read_interfaces
+
+    up = [i.name for i in read_interfaces() if i.up]
+    return ",".join(nccl_selects(env["NCCL_SOCKET_IFNAME"], up)) or env["NCCL_SOCKET_IFNAME"]
+
+
+def run_nccl_env(args: argparse.Namespace) -> int:
+    """All-reduce with the interface settings as they are; exit 3 when NCCL could not be tried."""
+    import os
+
+    from ..doctor import diagnose
+    from .allreduce import measure
+
+    if args.nnodes < 1 or (args.nnodes > 1) != (args.rdzv_endpoint is not None):
+        raise CliError("--nnodes above 1 goes with --rdzv-endpoint host:port (and back)", EXIT_USAGE)
+    report = diagnose(check_server=False)
+    checks = [c for c in report.checks if c.id in NCCL_ENV_CHECKS]
+    settings = {k: os.environ[k] for k in IFNAME_VARS if k in os.environ}
+    where = (
+        f"{args.nnodes} nodes through {args.rdzv_endpoint}"
+        if args.rdzv_endpoint
+        else "one node (store on loopback)"
+    )
+    nodes = dict(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint)
+    common = dict(size_bytes=args.size_mib * 2**20, iterations=args.iters, timeout_s=args.timeout, **nodes)
+    lines, code, result = [], EXIT_OK, None
+    if report.cuda_ready:
+        import torch
+
+        try:
+            result = measure(torch.cuda.device_count(), backend="nccl", env=settings, **common)
+        except ValueError as error:  # the launcher's own refusal, e.g. no shared secret between nodes
+            raise CliError(str(error), EXIT_USAGE) from None
+        verdict = "NCCL works with these settings" if result.ok else f"NCCL fails: {result.error}"
+        code = EXIT_OK if result.ok else EXIT_FAIL
+    else:
+        verdict = f"NCCL cannot run here: {report.verdict}"
+        code = EXIT_NO_GPU
+        ifname = _gloo_ifname(dict(os.environ))
+        if ifname is None:
+            verdict += "; no NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME to test with gloo instead"
+        else:
+            try:
+                result = measure(2, backend="gloo", env={"GLOO_SOCKET_IFNAME": ifname}, **common)
+            except ValueError as error:
+                raise CliError(str(error), EXIT_USAGE) from None
+            if result.ok:
+                verdict += f"; gloo all-reduced through {ifname}, so the interface setting works for gloo"
+            else:
+                verdict += f"; gloo through {ifname} fails too: {result.error}"
+                code = EXIT_FAIL
+    if args.json:
+        print_json(
+            {
+                "ok": code == EXIT_OK,
+                "verdict": verdict,
+                "settings": settings,
+                "where": where,
+                "checks": [c.id for c in checks],
+                "all_reduce": result.to_dict() if result else None,
+            }
+        )
+        return code
+    shown = (
+        ", ".join(f"{k}={v}" for k, v in settings.items())
+        or "NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unset"
+    )
+    lines.append(f"jupyter gpu preflight --nccl-env: {shown}; {where}")
+    lines += [
+        f"[{c.status.value.upper():>4}] {c.title}: {c.summary}" + (f"\n       fix: {c.fix}" if c.fix else "")
+        for c in checks
+    ]
+    if result is not None:
+        state = (
+            f"{result.bus_bandwidth_gbps:.2f} GB/s bus bandwidth" if result.ok else f"FAIL  {result.error}"
+        )
+        lines.append(f"all-reduce ({result.backend}, {result.world_size} ranks): {state}")
+    lines.append(verdict)
+    print("\n".join(lines))
+    return code
+
+
 def run(args: argparse.Namespace) -> int:
     if args.size_mib < 1 or args.iters < 1 or args.timeout <= 0:
         raise CliError("--size-mib and --iters must be at least 1, --timeout positive", EXIT_USAGE)
+    if args.nccl_env:
+        return run_nccl_env(args)
     reason = no_gpu_reason()
     if reason is not None:
         if args.json:

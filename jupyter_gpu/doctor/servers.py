@@ -77,8 +77,14 @@ def probe_exposure(server: Server, timeout: float = 1.0) -> Exposure:
     exposure = Exposure(listen=_listen_addresses(server), tls=server.url.startswith("https:"))
     try:
         plain = server.send(STATUS_ROUTE, authenticate=False, timeout=timeout)
+        # A browser's CORS preflight: answered without the token (a refused GET carries no CORS
+        # headers, and a token-authenticated request is allowed from any origin by design).
         foreign = server.send(
-            STATUS_ROUTE, authenticate=False, headers={"Origin": FOREIGN_ORIGIN}, timeout=timeout
+            STATUS_ROUTE,
+            method="OPTIONS",
+            authenticate=False,
+            headers={"Origin": FOREIGN_ORIGIN},
+            timeout=timeout,
         )
         post = server.send(STATUS_ROUTE, method="POST", authenticate=False, timeout=timeout)
     except ServerError:
