@@ -62,10 +62,15 @@ class Cells:
         )
         self.client.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
+        self.output = ""  # what the cell printed, tracebacks included
         while True:
-            out = await self.client.get_iopub_msg(timeout=60)
+            out = await self.client.get_iopub_msg(timeout=120)
             if out["parent_header"].get("msg_id") != msg_id:
                 continue
+            if out["msg_type"] == "stream":
+                self.output += out["content"]["text"]
+            elif out["msg_type"] == "error":
+                self.output += "\n".join(out["content"]["traceback"])
             if interrupt and out["msg_type"] == "stream" and "started" in out["content"]["text"]:
                 await self.kernel_manager.interrupt_kernel(self.kernel_id)
             if out["msg_type"] == "status" and out["content"]["execution_state"] == "idle":

@@ -204,6 +204,7 @@ def _allocate(stats_key: str, n: int) -> str:
 
 
 def test_what_a_cell_left_its_peak_and_the_process_memory_nvml_saw(ip, monkeypatch, nvml):
+    monkeypatch.setattr(timeline.ProcessMemory, "FRESH_SECONDS", 0.0)  # NVML asked at each edge
     cuda = FakeCuda()
     install(monkeypatch, cuda)
     stats = cuda.stats[0]
@@ -227,6 +228,35 @@ def test_what_a_cell_left_its_peak_and_the_process_memory_nvml_saw(ip, monkeypat
     assert gpu["reserved_change_bytes"] == 4 * GiB
     assert gpu["process_change_bytes"] == 5 * GiB
     assert cuda.calls["memory_stats"] >= 2  # device 1 never reserved anything: not listed
+
+
+def test_nvml_is_asked_at_most_once_a_second_and_followed_by_the_allocator_between(monkeypatch, nvml):
+    """Listing processes costs too much for every edge of a short cell: the reserved bytes stand
+    in between NVML readings, and memory taken outside the allocator shows at the next one."""
+    clock = [1000.0]
+    monkeypatch.setattr(timeline.time, "monotonic", lambda: clock[0])
+    listed = []
+    monkeypatch.setattr(nvml, "nvmlDeviceGetComputeRunningProcesses", _counting(nvml, listed))
+    process = nvml.readings["devices"][0]["compute_processes"][0]
+    memory = timeline.ProcessMemory()
+    uuid = f"GPU-{UUID0}"
+    first = memory.read(uuid, reserved=2 * GiB)
+    assert first == process["used_gpu_memory"] and len(listed) == 1
+    process["used_gpu_memory"] += 3 * GiB  # 1 GiB more reserved, 2 GiB outside the allocator
+    clock[0] += 0.5
+    assert memory.read(uuid, reserved=3 * GiB) == first + GiB and len(listed) == 1
+    clock[0] += 0.6
+    assert memory.read(uuid, reserved=3 * GiB) == first + 3 * GiB and len(listed) == 2
+
+
+def _counting(nvml, listed: list):
+    original = nvml.nvmlDeviceGetComputeRunningProcesses
+
+    def listing(handle):
+        listed.append(handle)
+        return original(handle)
+
+    return listing
 
 
 def test_gpu_mem_cells_names_the_cells_that_hold_memory_and_the_peaks(ip, monkeypatch, nvml):

@@ -16,8 +16,9 @@ from typing import get_args
 import pytest
 from conftest import FIXTURES
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 from test_kernel_stats import _device
-from test_server_api import ROUTES, check_reply, get
+from test_server_api import ROUTES, VALIDATORS, check_reply, get
 from test_server_kernels import start_notebook_kernel
 from test_server_stats_files import publish, stats_doc
 
@@ -74,6 +75,14 @@ def test_replies_before_nvml_was_first_tried():
 def test_replies_recorded_on_h200_fit(route):
     """Real NVML figures (integers, floats, nulls) as test_gpu_server recorded them."""
     check_reply(route, json.loads((FIXTURES / "h200_api" / f"{route}.json").read_text()))
+
+
+@pytest.mark.parametrize(("route", "name"), [("cells", "cells"), ("kernels", "kernels_with_cells")])
+def test_the_timeline_recorded_on_an_h200_fits(route, name):
+    """What test_cell_timeline_gpu recorded: real allocator and NVML figures, cell by cell."""
+    body = json.loads((FIXTURES / "h200_api" / f"{name}.json").read_text())
+    error = best_match(VALIDATORS[route].iter_errors(body))
+    assert error is None, f"{error.json_path}: {error.message}"
 
 
 async def test_every_allocator_state_fits_and_says_what_happened(jp_fetch, gpu_monitor):

@@ -37,19 +37,36 @@ WRITE_INTERVAL = 1.0  # seconds, at least, between two writes of the file
 class ProcessMemory:
     """This process's device memory as NVML counts it, per GPU UUID; None when NVML cannot say.
 
-    One NVML session for the kernel's life, opened at the first cell that uses CUDA; each read
-    lists one GPU's processes (no other query), on the kernel's main thread only.
+    Listing a GPU's processes costs hundreds of microseconds, too much for every edge of every
+    short cell. So NVML is asked at most once per ``FRESH_SECONDS`` per GPU (and whenever a GPU
+    is new to the kernel, e.g. the cell that creates the CUDA context); in between, the figure
+    follows the allocator's reserved bytes, which is where nearly all of a process's device
+    memory comes and goes. Memory taken outside the allocator (NCCL buffers) by a short cell
+    therefore shows in the next cell that reads NVML afresh. One NVML session for the kernel's
+    life, on the kernel's main thread only.
     """
+
+    FRESH_SECONDS = 1.0
 
     def __init__(self) -> None:
         self._reader: Any = None
         self._count = 0
         self._indices: dict[str, int | None] = {}
+        self._last: dict[str, tuple[float, int | None, int]] = {}  # uuid -> (when, NVML, reserved)
         self._broken = False
 
-    def read(self, uuid: str | None) -> int | None:
+    def read(self, uuid: str | None, reserved: int) -> int | None:
         if uuid is None or self._broken:
             return None
+        now = time.monotonic()
+        last = self._last.get(uuid)
+        if last is not None and now - last[0] < self.FRESH_SECONDS:
+            return None if last[1] is None else last[1] + reserved - last[2]
+        value = self._ask_nvml(uuid)
+        self._last[uuid] = (now, value, reserved)
+        return value
+
+    def _ask_nvml(self, uuid: str) -> int | None:
         from ..nvml.reader import GpuLost, NvmlReader, NvmlUnavailable
         from .gpu_memory import nvml_backend
 
@@ -148,14 +165,15 @@ class CellTimeline:
             if not stats.get("reserved_bytes.all.peak"):
                 continue  # a device this kernel never used
             uuid = self._uuid(torch, index)
+            reserved = stats.get("reserved_bytes.all.current", 0)
             readings[index] = DeviceReading(
                 index=index,
                 uuid=uuid,
                 allocated_bytes=stats.get("allocated_bytes.all.current", 0),
-                reserved_bytes=stats.get("reserved_bytes.all.current", 0),
+                reserved_bytes=reserved,
                 peak_allocated_bytes=stats.get("allocated_bytes.all.peak", 0),
                 ooms=stats.get("num_ooms", 0),
-                process_bytes=self._process.read(uuid),
+                process_bytes=self._process.read(uuid, reserved),
             )
         return readings
 

@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 from jupyter_core.utils import ensure_async
 
+from ..analysis.cells import holders_now, largest_peaks
 from .attribution import KernelRef, attribute
 from .cell_history import CellHistory
 from .kernel_stats import KernelStats, read_kernel_stats
@@ -102,4 +103,16 @@ class KernelView:
             None, self.cell_history.ingest, self.kernel_manager.connection_dir, ref.id, ref.pid
         )
         cells, reason = self.cell_history.cells(kernel_id)
-        return {"version": VERSION, "kernel_id": kernel_id, "path": ref.path, "reason": reason, "cells": cells}
+        return {
+            "version": VERSION,
+            "kernel_id": kernel_id,
+            "path": ref.path,
+            "reason": reason,
+            "cells": cells,
+            "most_left": _refs(holders_now(cells)),
+            "highest_peaks": _refs(largest_peaks(cells)),
+        }
+
+
+def _refs(ranked: list[tuple[dict[str, Any], int]]) -> list[dict[str, int]]:
+    return [{"pid": cell["pid"], "seq": cell["seq"], "bytes": n} for cell, n in ranked]

@@ -7,11 +7,13 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { gpuIcon } from './icon';
 import { DEFAULT_SETTINGS, GpuModel, IGpuSettings } from './model';
+import { revealCell } from './notebooks';
 import { GpuPanel } from './panel';
 import { GpuStatus } from './statusbar';
 
@@ -32,17 +34,28 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description:
     'GPU sidebar panel and status-bar item fed by the jupyter_gpu server extension.',
   autoStart: true,
-  optional: [ISettingRegistry, IStatusBar, ILayoutRestorer, ICommandPalette],
+  optional: [
+    ISettingRegistry,
+    IStatusBar,
+    ILayoutRestorer,
+    ICommandPalette,
+    INotebookTracker
+  ],
   activate: (
     app: JupyterFrontEnd,
     settingRegistry: ISettingRegistry | null,
     statusBar: IStatusBar | null,
     restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    notebooks: INotebookTracker | null
   ) => {
     const model = new GpuModel(app.serviceManager.serverSettings);
-    const panel = new GpuPanel(model, path => {
-      void app.commands.execute('docmanager:open', { path });
+    const openPath = (path: string) =>
+      app.commands.execute('docmanager:open', { path });
+    const panel = new GpuPanel(model, {
+      openPath: path => void openPath(path),
+      revealCell: (path, cell) =>
+        void revealCell(app, notebooks, openPath, path, cell)
     });
     panel.id = 'jupyter-gpu-panel';
     panel.title.icon = gpuIcon;

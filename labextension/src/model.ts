@@ -13,9 +13,10 @@ import { VDomModel } from '@jupyterlab/ui-components';
 import { Poll } from '@lumino/polling';
 
 import { MemoryUnits } from './format';
-import { requestAPI, ServerExtensionMissing } from './request';
+import { requestAPI, requestCells, ServerExtensionMissing } from './request';
 import { busiestGpu, mergeHistory, selectGpus } from './shape';
 import type {
+  CellsReply,
   DevicesReply,
   GpuSample,
   KernelsReply,
@@ -176,6 +177,10 @@ export class GpuModel extends VDomModel {
   }
 
   /** The last request error, or null while the server answers. */
+  /** One kernel's per-cell timeline; a stable function, so views may keep it. */
+  readonly cells = (kernelId: string): Promise<CellsReply> =>
+    requestCells(kernelId, this._serverSettings);
+
   get error(): string | null {
     return this._error;
   }

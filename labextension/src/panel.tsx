@@ -6,6 +6,7 @@ import { VDomRenderer } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
+import { CellTimeline } from './cellTimeline';
 import { Sparkline } from './chart';
 import {
   formatAge,
@@ -31,6 +32,7 @@ import {
 } from './shape';
 import type {
   AllocatorFigures,
+  Cell,
   Device,
   GpuSample,
   Kernel,
@@ -38,10 +40,16 @@ import type {
   UnattributedProcess
 } from './types';
 
+/** Open a notebook, and show one of its cells. */
+export interface INotebookLinks {
+  openPath: (path: string) => void;
+  revealCell: (path: string, cell: Cell) => void;
+}
+
 export class GpuPanel extends VDomRenderer<GpuModel> {
-  constructor(model: GpuModel, openPath: (path: string) => void) {
+  constructor(model: GpuModel, links: INotebookLinks) {
     super(model);
-    this._openPath = openPath;
+    this._links = links;
     this.addClass('jp-gpu-panel');
   }
 
@@ -80,12 +88,12 @@ export class GpuPanel extends VDomRenderer<GpuModel> {
         )}
         {m.available === false && <NoGpu reason={m.reason} />}
         {m.available && <Cards model={m} />}
-        {m.available && <Holders model={m} openPath={this._openPath} />}
+        {m.available && <Holders model={m} links={this._links} />}
       </div>
     );
   }
 
-  private _openPath: (path: string) => void;
+  private _links: INotebookLinks;
 }
 
 function Header(props: { model: GpuModel }): JSX.Element {
@@ -358,7 +366,7 @@ function Reading(props: {
 
 function Holders(props: {
   model: GpuModel;
-  openPath: (path: string) => void;
+  links: INotebookLinks;
 }): JSX.Element {
   const m = props.model;
   const units = m.settings.memoryUnits;
@@ -384,7 +392,8 @@ function Holders(props: {
             units={units}
             gpus={m.settings.gpus}
             gpuList={m.telemetry?.latest?.gpus ?? []}
-            openPath={props.openPath}
+            links={props.links}
+            loadCells={m.cells}
           />
         ))}
         {h.unattributed.map(u => (
@@ -412,11 +421,13 @@ function KernelRow(props: {
   units: MemoryUnits;
   gpus: number[];
   gpuList: GpuSample[];
-  openPath: (path: string) => void;
+  links: INotebookLinks;
+  loadCells: GpuModel['cells'];
 }): JSX.Element {
   const k = props.kernel;
   const label = kernelLabel(k);
   const path = k.path;
+  const [open, setOpen] = React.useState(false);
   return (
     <li className="jp-gpu-holder jp-gpu-kernel" data-kernel-id={k.id}>
       <div className="jp-gpu-holder-main">
@@ -424,7 +435,7 @@ function KernelRow(props: {
           <button
             className="jp-gpu-link"
             title={`Open ${path}`}
-            onClick={() => props.openPath(path)}
+            onClick={() => props.links.openPath(path)}
           >
             {label}
           </button>
@@ -443,7 +454,24 @@ function KernelRow(props: {
           </span>
         ))}
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
+        <button
+          className="jp-gpu-link jp-gpu-timeline-toggle"
+          aria-expanded={open}
+          title="Which cell took the memory: this kernel's per-cell timeline"
+          onClick={() => setOpen(!open)}
+        >
+          {open ? 'hide cells' : 'cells'}
+        </button>
       </div>
+      {open && (
+        <CellTimeline
+          kernelId={k.id}
+          path={path}
+          units={props.units}
+          load={props.loadCells}
+          reveal={props.links.revealCell}
+        />
+      )}
       {k.allocator_state === 'ok' && k.allocator ? (
         <Allocator
           allocator={k.allocator}

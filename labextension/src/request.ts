@@ -24,15 +24,17 @@ export class ServerExtensionMissing extends Error {
 }
 
 /**
- * GET `{baseUrl}api/gpu/{route}` with the session's credentials and return
- * the parsed JSON body, typed by the route's schema.
+ * GET `{baseUrl}api/gpu/{path}` with the session's credentials and return
+ * the parsed JSON body, typed by the route's schema. `path` is the route's
+ * name unless the route has parameters (`kernels/<id>/cells`).
  */
 export async function requestAPI<R extends keyof Replies>(
   route: R,
   settings: ServerConnection.ISettings,
-  query: { [key: string]: string | number | undefined } = {}
+  query: { [key: string]: string | number | undefined } = {},
+  path: string = route
 ): Promise<Replies[R]> {
-  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, route);
+  let url = URLExt.join(settings.baseUrl, API_NAMESPACE, path);
   const params = Object.keys(query)
     .filter(k => query[k] !== undefined)
     .map(
@@ -55,7 +57,8 @@ export async function requestAPI<R extends keyof Replies>(
   } catch (error) {
     throw new ServerConnection.NetworkError(error as TypeError);
   }
-  if (response.status === 404) {
+  if (response.status === 404 && path === route) {
+    // a parameterised route's 404 is about its parameter (no such kernel)
     throw new ServerExtensionMissing();
   }
   if (!response.ok) {
@@ -68,4 +71,17 @@ export async function requestAPI<R extends keyof Replies>(
     throw new ServerConnection.ResponseError(response, message);
   }
   return (await response.json()) as Replies[R];
+}
+
+/** `GET api/gpu/kernels/<id>/cells`: one kernel's per-cell timeline. */
+export function requestCells(
+  kernelId: string,
+  settings: ServerConnection.ISettings
+): Promise<Replies['cells']> {
+  return requestAPI(
+    'cells',
+    settings,
+    {},
+    `kernels/${encodeURIComponent(kernelId)}/cells`
+  );
 }

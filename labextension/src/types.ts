@@ -40,6 +40,10 @@ export type ClockThrottleReason =
  */
 export type AllocatorState =
   'ok' | 'no_cuda' | 'no_stats' | 'refused' | 'malformed' | 'stale';
+/**
+ * How the cell ended: 'ok', 'error', 'oom' (CUDA out of memory) or 'interrupted'.
+ */
+export type CellOutcome = 'ok' | 'error' | 'oom' | 'interrupted';
 
 /**
  * The routes under {base_url}api/gpu/, each named by its path with its reply's schema. Not itself a reply: where tools (the TypeScript generator, the tests) start.
@@ -48,6 +52,7 @@ export interface Replies {
   devices: DevicesReply;
   telemetry: TelemetryReply;
   kernels: KernelsReply;
+  cells: CellsReply;
 }
 /**
  * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the server runs.
@@ -224,11 +229,6 @@ export interface GpuSample {
    */
   pcie_tx_bytes_per_second?: number | null;
   /**
-   * Compute processes on this GPU; only in `latest`. Null when NVML could not list them.
-   */
-  processes?: GpuProcess[] | null;
-  unsupported: Unsupported;
-  /**
    * Energy used since the driver loaded (NVML's total energy consumption); grows until the driver reloads.
    */
   energy_joules?: number | null;
@@ -284,6 +284,11 @@ export interface GpuSample {
    * A remapping failed: the GPU needs service. Only in `latest`; read on the slower cadence.
    */
   remapped_rows_failed?: boolean | null;
+  /**
+   * Compute processes on this GPU; only in `latest`. Null when NVML could not list them.
+   */
+  processes?: GpuProcess[] | null;
+  unsupported: Unsupported;
 }
 export interface GpuProcess {
   /**
@@ -453,4 +458,119 @@ export interface UnattributedProcess {
   used_memory_bytes: number | null;
   user: string | null;
   command: string | null;
+}
+/**
+ * GET {base_url}api/gpu/kernels/<kernel_id>/cells: what each executed cell of the kernel did to GPU memory, oldest first, the last 1,000 cells of the kernel's life. 404 for a kernel this server does not run.
+ */
+export interface CellsReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  kernel_id: string;
+  /**
+   * The notebook (or file) of the kernel's session; null without a session.
+   */
+  path: string | null;
+  /**
+   * Why the kernel's latest timeline file was not taken (not loaded, refused, malformed, another process's), for people; null when it was. Cells read earlier are kept either way.
+   */
+  reason: string | null;
+  /**
+   * @maxItems 1000
+   */
+  cells: Cell[];
+  /**
+   * The cells that left the most memory allocated as they ended (summed over their GPUs), largest first, at most 5. A later cell may have freed some of it: this is what each added, the best the allocator's totals tell without tracing.
+   */
+  most_left: RankedCell[];
+  /**
+   * The cells with the highest exact peaks on any GPU, highest first, at most 5.
+   */
+  highest_peaks: RankedCell[];
+}
+export interface Cell {
+  /**
+   * Order of the cell among those its kernel process ran, from 0.
+   */
+  seq: number;
+  /**
+   * The kernel process that ran it (a restarted kernel has a new one).
+   */
+  pid: number;
+  /**
+   * The cell's number, In [n]; null for a cell run without one.
+   */
+  execution_count: number | null;
+  /**
+   * JupyterLab's cell id, from the execute request's metadata; null when the front end sent none.
+   */
+  cell_id: string | null;
+  /**
+   * When the cell started (unix seconds).
+   */
+  start: number;
+  /**
+   * When it ended (unix seconds).
+   */
+  end: number;
+  wall_seconds: number;
+  /**
+   * A cell of `cells`, named by its `pid` and `seq`, and its figure.
+   */
+  ranked_cell?: {
+    pid: number;
+    seq: number;
+    bytes: number;
+  };
+  outcome: CellOutcome;
+  /**
+   * Each CUDA device the kernel's allocator uses; empty for a cell run while CUDA was not initialised.
+   */
+  gpus: CellGpu[];
+}
+/**
+ * One CUDA device: PyTorch's allocator as the cell ended, and what changed while it ran.
+ */
+export interface CellGpu {
+  /**
+   * CUDA device index in the kernel.
+   */
+  index: number;
+  /**
+   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   */
+  uuid: string | null;
+  /**
+   * Allocated in live tensors as the cell ended.
+   */
+  allocated_bytes: number;
+  /**
+   * Allocated at the end minus at the start: what the cell left behind (negative: it freed memory).
+   */
+  allocated_change_bytes: number;
+  /**
+   * The cell's peak allocated bytes, when the cell raised the kernel's peak; null when it stayed below an earlier peak (see peak_at_most_bytes). PyTorch's peak statistics are never reset.
+   */
+  peak_allocated_bytes: number | null;
+  /**
+   * When peak_allocated_bytes is null: the cell's peak was at most this, the kernel's earlier peak. Null otherwise.
+   */
+  peak_at_most_bytes: number | null;
+  /**
+   * Change in memory the allocator reserves (cached), allocated or not.
+   */
+  reserved_change_bytes: number;
+  /**
+   * Change in the process's device memory as NVML counts it (the CUDA context, cuBLAS and NCCL workspaces the allocator does not); null when NVML cannot tell.
+   */
+  process_change_bytes: number | null;
+}
+/**
+ * A cell of `cells`, named by its `pid` and `seq`, and its figure.
+ */
+export interface RankedCell {
+  pid: number;
+  seq: number;
+  bytes: number;
 }

@@ -42,7 +42,11 @@ describe('formatBytes', () => {
       assert.equal(formatBytesOf(used, total), text, `${used} of ${total}`);
     }
     for (const [bytes, text] of TABLE.changes) {
-      assert.equal(formatBytesChange(bytes), text, `a change of ${bytes} bytes`);
+      assert.equal(
+        formatBytesChange(bytes),
+        text,
+        `a change of ${bytes} bytes`
+      );
     }
   });
 

@@ -1,0 +1,147 @@
+"""Benchmark the per-cell GPU timeline: what recording each cell costs a notebook that trains.
+
+    python benchmarks/cell_timeline.py [--rounds 7] [--device auto|cpu|cuda]
+
+A real IPython shell runs the cells (as a kernel does, with ``store_history``), in a temp
+"runtime dir" so that the timeline and the agent write their files as in a kernel. Three setups,
+run in rotation (bare, loaded without the timeline, loaded) so that drift in machine speed
+cancels; each figure is the median over rounds:
+
+1. a training loop of many very short cells: 5 steps of a small MLP (forward, backward,
+   AdamW) each, ~10 ms on an H200: the worst case for a per-cell cost;
+2. the same loop in cells of 50 steps (~0.1 s each);
+3. one long cell running 1,000 steps.
+
+Then the cost of one cell's recording alone (``pre_run_cell`` + ``post_run_cell``: allocator
+readings, NVML's process list, the record), in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
+
+from telemetry import table  # noqa: E402
+
+SETUP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.GELU(),
+    torch.nn.Linear(512, 10),
+).to({device!r})
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(64, 256, device={device!r}); y = torch.randint(0, 10, (64,), device={device!r})
+def steps(n):
+    for _ in range(n):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    if {device!r} == "cuda":
+        torch.cuda.synchronize()
+steps(50)
+"""
+
+
+def shell(runtime: Path, device: str, setup: str):
+    """A fresh shell whose 'kernel' files go to ``runtime``; jupyter_gpu loaded as ``setup`` says."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_gpu import runtime_dir
+    from jupyter_gpu.kernel import extension
+
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance()
+    connection = str(runtime / f"kernel-{uuid.uuid4()}.json")
+    runtime_dir.connection_file = lambda: connection  # type: ignore[assignment]
+    undo = []
+    if setup != "bare":
+        for feature in extension.FEATURES:
+            if setup == "loaded, no timeline" and feature.endswith(".timeline"):
+                continue
+            undo.append(__import__(feature, fromlist=["register"]).register(ip))
+    ip.run_cell(SETUP.format(device=device), store_history=True)
+    return ip, undo
+
+
+def wall(ip, cells: list[str]) -> float:
+    started = time.perf_counter()
+    for code in cells:
+        ip.run_cell(code, store_history=True)
+    return time.perf_counter() - started
+
+
+SETUPS = ("bare", "loaded, no timeline", "loaded, with timeline")
+
+
+def overhead(runtime: Path, device: str, cells: list[str], rounds: int) -> list[list[str]]:
+    times: dict[str, list[float]] = {s: [] for s in SETUPS}
+    for _ in range(rounds):
+        for setup in SETUPS:
+            ip, undo = shell(runtime, device, setup)
+            wall(ip, cells[:5])  # warm
+            times[setup].append(wall(ip, cells))
+            for remove in reversed(undo):
+                remove()
+    base = statistics.median(times["bare"])
+    rows = []
+    for setup in SETUPS:
+        median = statistics.median(times[setup])
+        rows.append([setup, f"{median:.3f}", f"{(median / base - 1):+.2%}", f"{len(cells)}"])
+    return rows
+
+
+def recording_cost(runtime: Path, device: str, n: int = 2000) -> list[str]:
+    from jupyter_gpu.kernel import timeline
+
+    ip, undo = shell(runtime, device, "loaded, with timeline")
+    tl = timeline.timeline_of(ip)
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        tl.pre_run_cell(None)
+        tl.post_run_cell(None)
+        samples.append((time.perf_counter() - started) * 1e6)
+    for remove in reversed(undo):
+        remove()
+    samples.sort()
+    return [f"{statistics.median(samples):.0f}", f"{samples[int(0.99 * (n - 1))]:.0f}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    args = parser.parse_args()
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        torch.set_num_threads(1)  # threads waiting on each other's barriers drown a 1% effect
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "none"
+    print(
+        f"torch {torch.__version__}, device {device} ({gpu}), {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        runtime = Path(tmp)
+        header = ["setup", "wall s (median)", "vs bare", "cells"]
+        for title, cells in (
+            ("1. Many very short cells (5 training steps each)", ["steps(5)"] * 200),
+            ("2. Short cells (50 training steps each)", ["steps(50)"] * 40),
+            ("3. One long cell (1,000 steps)", ["steps(1000)"]),
+        ):
+            table(title, header, overhead(runtime, device, cells, args.rounds))
+        table("4. Recording one cell (pre + post), µs", ["median", "p99"], [recording_cost(runtime, device)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+/**
+ * Show a cell of a notebook: open the notebook if needed, then select the
+ * cell and scroll to it (by JupyterLab's cell id; by execution count when the
+ * front end that ran it sent no id).
+ */
+import { JupyterFrontEnd } from '@jupyterlab/application';
+import { ICodeCellModel } from '@jupyterlab/cells';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+
+import type { Cell } from './types';
+
+export async function revealCell(
+  app: JupyterFrontEnd,
+  notebooks: INotebookTracker | null,
+  openPath: (path: string) => Promise<unknown>,
+  path: string,
+  cell: Cell
+): Promise<void> {
+  const widget = (await openPath(path)) as NotebookPanel | undefined;
+  const panel =
+    widget instanceof NotebookPanel
+      ? widget
+      : notebooks?.find(p => p.context.path === path);
+  if (!panel) {
+    return;
+  }
+  await panel.context.ready;
+  const notebook = panel.content;
+  const index = notebook.widgets.findIndex(w =>
+    cell.cell_id !== null
+      ? w.model.id === cell.cell_id
+      : w.model.type === 'code' &&
+        (w.model as ICodeCellModel).executionCount === cell.execution_count
+  );
+  if (index < 0) {
+    return; // deleted since it ran, or the notebook was reloaded from disk
+  }
+  app.shell.activateById(panel.id);
+  notebook.activeCellIndex = index;
+  await notebook.scrollToItem(index, 'center');
+}

@@ -1,0 +1,86 @@
+"""A notebook's per-cell timeline in the panel, drawn from the replies a real H200 gave
+(`tests/fixtures/h200_api/cells.json` and `kernels_with_cells.json`, recorded by
+tests/test_cell_timeline_gpu.py): the chart, the cells that left the most and peaked highest, and
+a click that scrolls the open notebook to the cell."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from browser_support import (  # noqa: F401  (fixtures are used by name)
+    chromium,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    lab_factory,
+    open_gpu_panel,
+    open_lab,
+    page,
+    screenshot,
+    screenshots_folder,
+)
+from test_recorded_h200 import answer_with, recorded
+
+pytestmark = pytest.mark.browser
+FILLER = 60  # markdown cells before the recorded ones: the cell to show starts off screen
+
+
+def write_notebook(lab, cells_reply: dict) -> None:
+    """The notebook the recorded kernel ran, with the same cell ids, far down the page."""
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
+    nb.cells = [nbformat.v4.new_markdown_cell(f"Notes, part {i}.") for i in range(FILLER)]
+    for cell in cells_reply["cells"]:
+        code = nbformat.v4.new_code_cell(f"# the cell that ran as {cell['cell_id']}", id=cell["cell_id"])
+        code.execution_count = cell["execution_count"]
+        nb.cells.append(code)
+    path = lab.root / cells_reply["path"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def test_the_timeline_names_the_cells_and_shows_one_in_the_notebook(page, lab_factory):
+    lab = lab_factory()
+    cells_reply = recorded("cells")
+    write_notebook(lab, cells_reply)
+    for name, body in (
+        ("devices", recorded("devices")),
+        ("telemetry", recorded("telemetry")),
+        ("kernels", recorded("kernels_with_cells")),
+    ):
+        page.route(f"**/api/gpu/{name}?*", answer_with(json.dumps(body)))
+        page.route(f"**/api/gpu/{name}", answer_with(json.dumps(body)))
+    page.route("**/api/gpu/kernels/*/cells*", answer_with(json.dumps(cells_reply)))
+    open_lab(page, lab, f"lab/tree/{cells_reply['path']}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    open_gpu_panel(page)
+
+    row = page.locator(f'.jp-gpu-kernel[data-kernel-id="{cells_reply["kernel_id"]}"]')
+    row.locator(".jp-gpu-timeline-toggle").click()
+    timeline = row.locator('[data-field="timeline"]')
+    timeline.wait_for()
+    assert "7 cells run, 5 with CUDA in use" in timeline.locator(".jp-gpu-hint").first.inner_text()
+    timeline.locator(".jp-gpu-timeline-chart canvas").wait_for()
+    by_id = {c["cell_id"]: c for c in cells_reply["cells"]}
+    most_left = timeline.locator('[data-field="most-left"] li')
+    assert most_left.first.inner_text().startswith(f"cell [{by_id['keep-4']['execution_count']}] +4.00 GiB")
+    assert most_left.count() == 3
+    peaks = timeline.locator('[data-field="highest-peaks"] li')
+    assert peaks.first.inner_text().startswith(f"cell [{by_id['free-8']['execution_count']}] 15.0 GiB")
+    screenshot(page, "panel-cell-timeline-h200")
+
+    target = page.locator(".jp-Notebook .jp-Cell").nth(FILLER + list(by_id).index("keep-4"))
+    most_left.first.locator("button").click()
+    active = page.locator(".jp-Notebook .jp-Cell.jp-mod-active")
+    active.locator("text=the cell that ran as keep-4").wait_for()
+    page.wait_for_function(
+        """() => {
+            const cell = document.querySelector('.jp-Notebook .jp-Cell.jp-mod-active');
+            const box = cell.closest('.jp-WindowedPanel-outer') || cell.parentElement;
+            const c = cell.getBoundingClientRect(), b = box.getBoundingClientRect();
+            return c.top >= b.top && c.bottom <= b.bottom;
+        }"""
+    )
+    assert target.evaluate("node => node.classList.contains('jp-mod-active')")
