@@ -204,7 +204,9 @@ def test_kernel_times_agree_with_torchs_own_figures(tmp_path):
     result = analyse(json.loads((tmp_path / "t.json").read_text()), top=50)
     assert result.gpu is not None
     ours = sum(k.device_us for k in result.kernels)
-    theirs = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0)
+    # torch's own figure for the one operator the loop runs (summing every row of
+    # key_averages() counts a kernel's time again under its operator and the annotation)
+    theirs = next(e.device_time_total for e in prof.key_averages() if e.key == "aten::mm")
     assert ours == pytest.approx(theirs, rel=0.02)
     mm = next(s for s in result.ops if s.name == "aten::mm")
     assert mm.calls == 20 and mm.device_us == pytest.approx(ours, rel=0.02)
@@ -275,10 +277,15 @@ def test_a_sleeping_dataset_is_named_as_the_input_pipeline(gpu_ip, capsys):
 @pytest.mark.gpu
 @needs_gpu
 def test_a_clean_bf16_loop_gets_no_hint(gpu_ip, capsys):
-    cell = (
+    # The model is built beforehand, as in a notebook: building it (CPU init, copies) is not
+    # the loop, and profiled it rightly reads as an input-pipeline stall.
+    gpu_ip.user_ns.update(torch=torch, nn=torch.nn)
+    gpu_ip.run_cell(
         "model = nn.Sequential(nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 4096)).cuda().bfloat16()\n"
         "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
-        "inp = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+        "inp = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)"
+    )
+    cell = (
         "for _ in range(20):\n    model(inp).float().pow(2).mean().backward()\n"
         "    opt.step()\n    opt.zero_grad(set_to_none=True)"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -177,8 +178,12 @@ def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
     ):
         assert step in first
     report = warmup.warm_up([0])
-    assert report.sections[0].notes[-1].startswith("already warm")
-    assert report.sections[0].total_ms < 200
+    note = report.sections[0].notes[-1]
+    assert note.startswith("already warm")
+    # Loads nothing the second time: what is left is the steps' own compute (on an H200 ~0.3 s,
+    # against ~4 s the first time).
+    first_ms = float(re.search(r"took ([\d,]+) ms", note).group(1).replace(",", ""))
+    assert report.sections[0].total_ms < 0.2 * first_ms
 
 
 @pytest.mark.gpu
