@@ -3,17 +3,19 @@
     python benchmarks/cell_timeline.py [--rounds 7] [--device auto|cpu|cuda]
 
 A real IPython shell runs the cells (as a kernel does, with ``store_history``), in a temp
-"runtime dir" so that the timeline and the agent write their files as in a kernel. Three setups,
-run in rotation (bare, loaded without the timeline, loaded) so that drift in machine speed
-cancels; each figure is the median over rounds:
+"runtime dir" so that the timeline and the agent write their files as in a kernel. One shell and
+one model throughout; between blocks of cells jupyter_gpu is loaded or unloaded, in rotation
+(bare, loaded without the timeline, loaded), so that each block is compared with the bare block
+of its own round: drift in machine and GPU speed cancels. Figures: the median over rounds of
+each block's wall time against its round's bare block, and the range.
 
 1. a training loop of many very short cells: 5 steps of a small MLP (forward, backward,
    AdamW) each, ~10 ms on an H200: the worst case for a per-cell cost;
-2. the same loop in cells of 50 steps (~0.1 s each);
-3. one long cell running 1,000 steps.
+2. the same loop in cells of 50 steps;
+3. one long cell of 500 steps.
 
 Then the cost of one cell's recording alone (``pre_run_cell`` + ``post_run_cell``: allocator
-readings, NVML's process list, the record), in microseconds.
+readings, NVML when due, the record), in microseconds.
 """
 
 from __future__ import annotations
@@ -52,25 +54,32 @@ steps(50)
 """
 
 
-def shell(runtime: Path, device: str, setup: str):
-    """A fresh shell whose 'kernel' files go to ``runtime``; jupyter_gpu loaded as ``setup`` says."""
+def shell(runtime: Path, device: str):
+    """A shell whose 'kernel' files go to ``runtime``, with the model of SETUP built."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from jupyter_gpu import runtime_dir
-    from jupyter_gpu.kernel import extension
 
-    InteractiveShell.clear_instance()
     ip = InteractiveShell.instance()
     connection = str(runtime / f"kernel-{uuid.uuid4()}.json")
     runtime_dir.connection_file = lambda: connection  # type: ignore[assignment]
-    undo = []
-    if setup != "bare":
-        for feature in extension.FEATURES:
-            if setup == "loaded, no timeline" and feature.endswith(".timeline"):
-                continue
-            undo.append(__import__(feature, fromlist=["register"]).register(ip))
     ip.run_cell(SETUP.format(device=device), store_history=True)
-    return ip, undo
+    return ip
+
+
+SETUPS = ("bare", "loaded, no timeline", "loaded, with timeline")
+
+
+def load(ip, setup: str) -> list:
+    """Register jupyter_gpu's features as ``setup`` says; the functions that take them back."""
+    from jupyter_gpu.kernel import extension
+
+    if setup == "bare":
+        return []
+    features = [
+        f for f in extension.FEATURES if setup.endswith("with timeline") or not f.endswith(".timeline")
+    ]
+    return [__import__(f, fromlist=["register"]).register(ip) for f in features]
 
 
 def wall(ip, cells: list[str]) -> float:
@@ -80,30 +89,34 @@ def wall(ip, cells: list[str]) -> float:
     return time.perf_counter() - started
 
 
-SETUPS = ("bare", "loaded, no timeline", "loaded, with timeline")
-
-
-def overhead(runtime: Path, device: str, cells: list[str], rounds: int) -> list[list[str]]:
+def overhead(ip, cells: list[str], rounds: int) -> list[list[str]]:
     times: dict[str, list[float]] = {s: [] for s in SETUPS}
     for _ in range(rounds):
         for setup in SETUPS:
-            ip, undo = shell(runtime, device, setup)
-            wall(ip, cells[:5])  # warm
+            undo = load(ip, setup)
+            wall(ip, cells[:2])  # the first cells after loading
             times[setup].append(wall(ip, cells))
             for remove in reversed(undo):
                 remove()
-    base = statistics.median(times["bare"])
     rows = []
     for setup in SETUPS:
-        median = statistics.median(times[setup])
-        rows.append([setup, f"{median:.3f}", f"{(median / base - 1):+.2%}", f"{len(cells)}"])
+        ratios = [t / b - 1 for t, b in zip(times[setup], times["bare"])]
+        rows.append(
+            [
+                setup,
+                f"{statistics.median(times[setup]):.3f}",
+                f"{statistics.median(ratios):+.2%}",
+                f"{min(ratios):+.2%} … {max(ratios):+.2%}",
+                f"{len(cells)}",
+            ]
+        )
     return rows
 
 
-def recording_cost(runtime: Path, device: str, n: int = 2000) -> list[str]:
+def recording_cost(ip, n: int = 2000) -> list[str]:
     from jupyter_gpu.kernel import timeline
 
-    ip, undo = shell(runtime, device, "loaded, with timeline")
+    undo = load(ip, "loaded, with timeline")
     tl = timeline.timeline_of(ip)
     samples = []
     for _ in range(n):
@@ -119,7 +132,7 @@ def recording_cost(runtime: Path, device: str, n: int = 2000) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args()
     import torch
@@ -132,15 +145,15 @@ def main() -> None:
         f"torch {torch.__version__}, device {device} ({gpu}), {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        runtime = Path(tmp)
-        header = ["setup", "wall s (median)", "vs bare", "cells"]
+        ip = shell(Path(tmp), device)
+        header = ["setup", "block wall s (median)", "vs bare (median)", "range over rounds", "cells"]
         for title, cells in (
-            ("1. Many very short cells (5 training steps each)", ["steps(5)"] * 200),
-            ("2. Short cells (50 training steps each)", ["steps(50)"] * 40),
-            ("3. One long cell (1,000 steps)", ["steps(1000)"]),
+            ("1. Many very short cells (5 training steps each)", ["steps(5)"] * 100),
+            ("2. Short cells (50 training steps each)", ["steps(50)"] * 20),
+            ("3. One long cell (500 steps)", ["steps(500)"]),
         ):
-            table(title, header, overhead(runtime, device, cells, args.rounds))
-        table("4. Recording one cell (pre + post), µs", ["median", "p99"], [recording_cost(runtime, device)])
+            table(title, header, overhead(ip, cells, args.rounds))
+        table("4. Recording one cell (pre + post), µs", ["median", "p99"], [recording_cost(ip)])
 
 
 if __name__ == "__main__":

@@ -67,6 +67,18 @@ class FakeCuda:
         self.calls["memory_stats"] += 1
         return dict(self.stats[device]) if self.initialized else {}
 
+    def memory_stats_as_nested_dict(self, device: int = 0) -> dict[str, Any]:
+        """torch's own unflattening of the same figures: "a.b.c" -> {"a": {"b": {"c": ...}}}."""
+        self.calls["memory_stats_as_nested_dict"] += 1
+        nested: dict[str, Any] = {}
+        for key, value in (self.stats[device] if self.initialized else {}).items():
+            *path, last = key.split(".")
+            node = nested
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        return nested
+
     def get_device_properties(self, device: int) -> types.SimpleNamespace:
         self.calls["get_device_properties"] += 1
         return types.SimpleNamespace(uuid=(UUID0, UUID1)[device], name="NVIDIA H200", total_memory=TOTAL)

@@ -161,17 +161,20 @@ class CellTimeline:
             return {}
         readings = {}
         for index in range(torch.cuda.device_count()):
-            stats = torch.cuda.memory_stats(index)  # ~60 µs on an H200, the agent's reading
-            if not stats.get("reserved_bytes.all.peak"):
+            # The nested form: the flat memory_stats() builds ~150 keys in Python first.
+            stats = torch.cuda.memory_stats_as_nested_dict(index)
+            allocated = stats.get("allocated_bytes", {}).get("all", {})
+            reserved_now = stats.get("reserved_bytes", {}).get("all", {})
+            if not reserved_now.get("peak"):
                 continue  # a device this kernel never used
             uuid = self._uuid(torch, index)
-            reserved = stats.get("reserved_bytes.all.current", 0)
+            reserved = reserved_now.get("current", 0)
             readings[index] = DeviceReading(
                 index=index,
                 uuid=uuid,
-                allocated_bytes=stats.get("allocated_bytes.all.current", 0),
+                allocated_bytes=allocated.get("current", 0),
                 reserved_bytes=reserved,
-                peak_allocated_bytes=stats.get("allocated_bytes.all.peak", 0),
+                peak_allocated_bytes=allocated.get("peak", 0),
                 ooms=stats.get("num_ooms", 0),
                 process_bytes=self._process.read(uuid, reserved),
             )
