@@ -455,7 +455,7 @@ function KernelRow(props: {
         ))}
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
         <button
-          className="jp-gpu-link jp-gpu-timeline-toggle"
+          className="jp-gpu-timeline-toggle"
           aria-expanded={open}
           title="Which cell took the memory: this kernel's per-cell timeline"
           onClick={() => setOpen(!open)}
