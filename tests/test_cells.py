@@ -151,6 +151,9 @@ def _gpu_cell(**gpu_changes) -> dict:
         (_doc([_gpu_cell(peak_at_most_bytes=GiB)]), "exactly one of"),
         (_doc([_gpu_cell(index=64)]), "gpu index"),
         (_doc([{**_gpu_cell(), "gpus": [_gpu_cell()["gpus"][0]] * 2}]), "listed twice"),
+        (_doc([{**_record(0), "ranks": [{"rank": 0, "gpus": []}] * 2}]), "rank 0 is listed twice"),
+        (_doc([{**_record(0), "ranks": [{"rank": r, "gpus": []} for r in range(65)]}]), "at most 64"),
+        (_doc([{**_record(0), "ranks": [{"rank": 0, "gpus": [{"index": 0}]}]}]), "allocated_bytes"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )

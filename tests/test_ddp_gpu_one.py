@@ -52,3 +52,31 @@ def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(
     finally:
         gpu_kernel.run("%ddp_stop")
     assert no_ranks_left(gpu_kernel.pid)
+
+
+def test_the_cell_timeline_has_rank_0s_own_figures(gpu_kernel: Kernel) -> None:
+    """The kernel's allocator does not see the ranks' memory: rank 0 measures its own, against
+    torch's figure in the rank."""
+    assert (
+        gpu_kernel.run(
+            "from jupyter_gpu.kernel import timeline\n_undo = timeline.register(get_ipython())"
+        ).error
+        is None
+    )
+    cell = gpu_kernel.run(
+        "%%ddp_launch -n 1 --return held\n"
+        "kept = torch.empty(2**30, dtype=torch.uint8, device=device)\n"
+        "held = torch.cuda.memory_allocated(device)\n"
+    )
+    assert cell.error is None, cell.traceback
+    cell = gpu_kernel.run(
+        "import json\nfrom jupyter_gpu.kernel.timeline import timeline_of\n"
+        "_rec = timeline_of(get_ipython()).cells()[-1]\n"
+        "print(json.dumps([_rec['ranks'], _ddp[0]]))"
+    )
+    ranks, held = __import__("json").loads(cell.stdout)
+    (rank0,) = ranks
+    (gpu,) = rank0["gpus"]
+    assert rank0["rank"] == 0 and gpu["allocated_bytes"] == held
+    assert gpu["allocated_change_bytes"] == pytest.approx(2**30, rel=0.01)
+    assert gpu["peak_allocated_bytes"] >= 2**30 and gpu["process_change_bytes"] is None

@@ -308,3 +308,30 @@ def test_two_kernels_as_two_nodes(ddp_kernel: Kernel, other_kernel: Kernel) -> N
     assert time.monotonic() - started < 20
     assert "ValueError: node 1 fails" in done[other_kernel].traceback
     assert "the ranks of another node failed" in done[ddp_kernel].traceback
+
+
+LAST_RECORD = (
+    "import json\nfrom jupyter_gpu.kernel.timeline import timeline_of\n"
+    "_last = timeline_of(get_ipython()).cells()[-1]\n"
+    "print(json.dumps([_last['outcome'], _last['ranks']]))"
+)
+
+
+def test_the_cell_timeline_records_the_ranks_of_a_ddp_cell(ddp_kernel: Kernel) -> None:
+    """Each rank measures its own allocator in the cell; on the CPU there is none to report."""
+    assert (
+        ddp_kernel.run(
+            "from jupyter_gpu.kernel import timeline\n_undo = timeline.register(get_ipython())"
+        ).error
+        is None
+    )
+    try:
+        assert ddp_kernel.run(ALL_REDUCE).error is None
+        cell = ddp_kernel.run(LAST_RECORD)
+        assert cell.error is None, cell.traceback
+        assert cell.stdout.strip() == '["ok", [{"rank": 0, "gpus": []}, {"rank": 1, "gpus": []}]]'
+        assert ddp_kernel.run("1 + 1").error is None
+        cell = ddp_kernel.run(LAST_RECORD)  # a cell of the kernel's own: no ranks
+        assert cell.stdout.strip() == '["ok", []]'
+    finally:
+        ddp_kernel.run("_undo()")

@@ -144,3 +144,20 @@ def test_ranks_die_with_the_kernel() -> None:
         assert wait_gone(pids, 5) == []
     finally:
         kernel.close()
+
+
+def test_the_cell_timeline_records_the_ranks_of_a_persistent_cell(session: Kernel) -> None:
+    from test_ddp_launch import LAST_RECORD
+
+    assert (
+        session.run("from jupyter_gpu.kernel import timeline\n_undo = timeline.register(get_ipython())").error
+        is None
+    )
+    try:
+        assert session.run("%%ddp\nx = RANK").error is None
+        cell = session.run(LAST_RECORD)
+        assert cell.stdout.strip() == '["ok", [{"rank": 0, "gpus": []}, {"rank": 1, "gpus": []}]]', (
+            cell.traceback
+        )
+    finally:
+        session.run("_undo()")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,6 +32,8 @@ MAX_CELLS = 1000
 MAX_BYTES = 4 * 1024 * 1024
 # nbformat 4.5 cell ids: 1 to 64 of these characters.
 CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Ranks of one node whose figures a DDP cell's record keeps (kernel/ddp/args.py allows 64 per node).
+MAX_RANKS = 64
 # Changes may be negative (a cell that frees memory); bounded like every count.
 MAX_CHANGE = MAX_COUNT
 
@@ -121,9 +124,11 @@ def cell_record(
     error: BaseException | None,
     before: dict[int, DeviceReading],
     after: dict[int, DeviceReading],
+    ranks: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The record of one cell. ``before``/``after`` map device index to reading; both are empty
-    when the cell ran without CUDA, and then the record has no GPU figures."""
+    when the cell ran without CUDA, and then the record has no GPU figures. ``ranks``: for a
+    DDP cell, ``{"rank", "gpus"}`` per rank, each rank's own ``device_change`` figures."""
     ooms_rose = any(r.ooms > (before[i].ooms if i in before else 0) for i, r in after.items())
     return {
         "seq": seq,
@@ -134,6 +139,7 @@ def cell_record(
         "wall_seconds": wall_seconds,
         "outcome": outcome(error, ooms_rose),
         "gpus": [device_change(before.get(i), after[i]) for i in sorted(after)],
+        "ranks": list(ranks),
     }
 
 
@@ -182,6 +188,20 @@ def _gpu(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return out, None
 
 
+def _gpus(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
+    if not isinstance(raw, list) or len(raw) > MAX_DEVICES:
+        return None, f"gpus is not a list of at most {MAX_DEVICES} entries"
+    clean: list[dict[str, Any]] = []
+    for entry in raw:
+        gpu, reason = _gpu(entry)
+        if gpu is None:
+            return None, reason
+        if any(g["index"] == gpu["index"] for g in clean):
+            return None, f"gpu {gpu['index']} is listed twice in a cell"
+        clean.append(gpu)
+    return clean, None
+
+
 def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, "a cell is not an object"
@@ -199,17 +219,22 @@ def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         return None, "a cell ends before it starts"
     if raw.get("outcome") not in OUTCOMES:
         return None, f"outcome is not one of {', '.join(OUTCOMES)}"
-    gpus = raw.get("gpus")
-    if not isinstance(gpus, list) or len(gpus) > MAX_DEVICES:
-        return None, f"gpus is not a list of at most {MAX_DEVICES} entries"
-    clean_gpus: list[dict[str, Any]] = []
-    for entry in gpus:
-        gpu, reason = _gpu(entry)
-        if gpu is None:
+    gpus, reason = _gpus(raw.get("gpus"))
+    if gpus is None:
+        return None, reason
+    ranks = raw.get("ranks", [])
+    if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
+        return None, f"ranks is not a list of at most {MAX_RANKS} entries"
+    clean_ranks: list[dict[str, Any]] = []
+    for entry in ranks:
+        if not isinstance(entry, dict) or not _is_int(entry.get("rank"), 0, MAX_COUNT):
+            return None, "a rank entry has no rank number"
+        if any(r["rank"] == entry["rank"] for r in clean_ranks):
+            return None, f"rank {entry['rank']} is listed twice in a cell"
+        rank_gpus, reason = _gpus(entry.get("gpus"))
+        if rank_gpus is None:
             return None, reason
-        if any(g["index"] == gpu["index"] for g in clean_gpus):
-            return None, f"gpu {gpu['index']} is listed twice in a cell"
-        clean_gpus.append(gpu)
+        clean_ranks.append({"rank": entry["rank"], "gpus": rank_gpus})
     return {
         "seq": raw["seq"],
         "execution_count": raw["execution_count"],
@@ -218,7 +243,8 @@ def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         "end": raw["end"],
         "wall_seconds": raw["wall_seconds"],
         "outcome": raw["outcome"],
-        "gpus": clean_gpus,
+        "gpus": gpus,
+        "ranks": clean_ranks,
     }, None
 
 

@@ -25,7 +25,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..analysis.cells import MAX_BYTES, MAX_CELLS, VERSION, DeviceReading, cell_record, cells_file_name
+from ..analysis.cells import (
+    MAX_BYTES,
+    MAX_CELLS,
+    MAX_RANKS,
+    VERSION,
+    DeviceReading,
+    cell_record,
+    cells_file_name,
+)
 from ..runtime_dir import beside_connection, remove_own_file, write_own_file
 from ..torch_state import nvml_uuid, torch_in_use
 
@@ -98,6 +106,37 @@ class ProcessMemory:
             self._reader = None
 
 
+def allocator_readings(
+    torch: ModuleType,
+    uuid_of: Callable[[ModuleType, int], str | None],
+    process_bytes: Callable[[str | None, int], int | None] = lambda uuid, reserved: None,
+) -> dict[int, DeviceReading]:
+    """Each CUDA device whose allocator holds or held memory, read now (CUDA must be initialised).
+
+    Shared by the kernel's timeline and the DDP ranks, which measure their own cells.
+    """
+    readings = {}
+    for index in range(torch.cuda.device_count()):
+        # The nested form: the flat memory_stats() builds ~150 keys in Python first.
+        stats = torch.cuda.memory_stats_as_nested_dict(index)
+        allocated = stats.get("allocated_bytes", {}).get("all", {})
+        reserved_now = stats.get("reserved_bytes", {}).get("all", {})
+        if not reserved_now.get("peak"):
+            continue  # a device this process never used
+        uuid = uuid_of(torch, index)
+        reserved = reserved_now.get("current", 0)
+        readings[index] = DeviceReading(
+            index=index,
+            uuid=uuid,
+            allocated_bytes=allocated.get("current", 0),
+            reserved_bytes=reserved,
+            peak_allocated_bytes=allocated.get("peak", 0),
+            ooms=stats.get("num_ooms", 0),
+            process_bytes=process_bytes(uuid, reserved),
+        )
+    return readings
+
+
 class CellTimeline:
     """The records of this kernel's cells, newest last, and the thread that publishes them."""
 
@@ -109,6 +148,7 @@ class CellTimeline:
         self._lock = threading.Lock()  # the cells, between the shell thread and the writer
         self._seq = 0
         self._started: tuple[str | None, float, float, dict[int, DeviceReading]] | None = None
+        self._ranks: list[dict[str, Any]] = []
         self._uuids: dict[int, str | None] = {}
         self._process = ProcessMemory()
         self._dirty = threading.Event()
@@ -122,6 +162,7 @@ class CellTimeline:
         cell_id = getattr(info, "cell_id", None)  # JupyterLab's cellId, when the front end sent one
         start, started = time.time(), time.perf_counter()
         self._started = (cell_id if isinstance(cell_id, str) else None, start, started, self._readings())
+        self._ranks = []
 
     def post_run_cell(self, result: Any) -> None:
         if self._started is None:  # loaded by this very cell: it had no start
@@ -141,7 +182,9 @@ class CellTimeline:
             error=getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None),
             before=before,
             after=after,
+            ranks=self._ranks,
         )
+        self._ranks = []
         self._seq += 1
         encoded = json.dumps(record, separators=(",", ":")).encode()
         with self._lock:
@@ -155,35 +198,21 @@ class CellTimeline:
             return list(self._cells)
 
     def _readings(self) -> dict[int, DeviceReading]:
-        """Every device whose allocator holds or held memory; none before CUDA is initialised."""
+        """Every device this kernel's allocator uses; none before CUDA is initialised."""
         torch = torch_in_use()
         if torch is None:
             return {}
-        readings = {}
-        for index in range(torch.cuda.device_count()):
-            # The nested form: the flat memory_stats() builds ~150 keys in Python first.
-            stats = torch.cuda.memory_stats_as_nested_dict(index)
-            allocated = stats.get("allocated_bytes", {}).get("all", {})
-            reserved_now = stats.get("reserved_bytes", {}).get("all", {})
-            if not reserved_now.get("peak"):
-                continue  # a device this kernel never used
-            uuid = self._uuid(torch, index)
-            reserved = reserved_now.get("current", 0)
-            readings[index] = DeviceReading(
-                index=index,
-                uuid=uuid,
-                allocated_bytes=allocated.get("current", 0),
-                reserved_bytes=reserved,
-                peak_allocated_bytes=allocated.get("peak", 0),
-                ooms=stats.get("num_ooms", 0),
-                process_bytes=self._process.read(uuid, reserved),
-            )
-        return readings
+        return allocator_readings(torch, self._uuid, self._process.read)
 
     def _uuid(self, torch: ModuleType, index: int) -> str | None:
         if index not in self._uuids:
             self._uuids[index] = nvml_uuid(torch, index)
         return self._uuids[index]
+
+    def note_ranks(self, figures: dict[int, list[dict[str, Any]]]) -> None:
+        """What each DDP rank's allocator did in the running cell (``%%ddp``, ``%%ddp_launch``):
+        the ranks measure it themselves, the magic hands it over; it joins the cell's record."""
+        self._ranks = [{"rank": rank, "gpus": gpus} for rank, gpus in sorted(figures.items())][:MAX_RANKS]
 
     # -- publishing (the writer thread) ---------------------------------------------------
 

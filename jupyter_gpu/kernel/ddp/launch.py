@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from .args import CellOptions
 from .errors import DDPError
 from .gang import Collected, Gang, WorkerOptions
 from .output import CellStreams
-from .protocol import Command, WorkerConfig
+from .protocol import Command, Reply, WorkerConfig
 
 
 def pack(user_ns: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, bytes]:
@@ -65,10 +65,22 @@ def cell_gang(options: WorkerOptions) -> Gang:
     return Gang(options, worker.main, args)
 
 
+def rank_figures(replies: Mapping[int, Reply]) -> dict[int, list[dict[str, Any]]]:
+    """rank -> what its allocator did in the cell, as each rank measured it."""
+    return {rank: reply.info.get("cell_gpus", []) for rank, reply in replies.items()}
+
+
 def run_cell(
-    options: WorkerOptions, cell: CellOptions, source: str, objects: dict[str, bytes], label: str
+    options: WorkerOptions,
+    cell: CellOptions,
+    source: str,
+    objects: dict[str, bytes],
+    label: str,
+    on_figures: Callable[[dict[int, list[dict[str, Any]]]], None] = lambda figures: None,
 ) -> dict[int, Any]:
-    """Run ``source`` on fresh ranks; return rank -> value of ``cell.return_name``."""
+    """Run ``source`` on fresh ranks; return rank -> value of ``cell.return_name``.
+
+    ``on_figures`` gets each rank's allocator figures for the cell (the kernel's timeline)."""
     import cloudpickle
 
     check_syntax(source, 1)
@@ -89,6 +101,7 @@ def run_cell(
                     gang, report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
                 )
         gang.stop(clean=True)
+        on_figures(rank_figures(got.replies))
         return {
             r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None for r in gang.ranks
         }

@@ -14,6 +14,7 @@ from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_c
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..extension import ShellMagics, cell_number, unregister_magics
+from ..timeline import timeline_of
 from . import args
 from .args import cell_arguments, worker_arguments
 
@@ -25,6 +26,12 @@ class DDPMagics(ShellMagics):
     def __init__(self, shell: InteractiveShell) -> None:
         super().__init__(shell)
         self.session: Any = None  # session.Session, imported lazily
+
+    def _note_ranks(self, figures: dict[int, list[dict[str, Any]]]) -> None:
+        """The ranks' own allocator figures join this cell's record in the timeline."""
+        timeline = timeline_of(self.ipython)
+        if timeline is not None:
+            timeline.note_ranks(figures)
 
     def _label(self) -> str:
         return f"In[{cell_number(self.ipython)}]"
@@ -69,7 +76,9 @@ class DDPMagics(ShellMagics):
         from .launch import pack, run_cell
 
         objects = pack(self.ipython.user_ns, cell_opts.push)
-        self.ipython.user_ns["_ddp"] = run_cell(options, cell_opts, cell, objects, self._label())
+        self.ipython.user_ns["_ddp"] = run_cell(
+            options, cell_opts, cell, objects, self._label(), on_figures=self._note_ranks
+        )
 
     @magic_arguments()
     @worker_arguments
@@ -113,7 +122,7 @@ class DDPMagics(ShellMagics):
         from .launch import pack
 
         objects = pack(self.ipython.user_ns, cell_opts.push)
-        result = session.run_cell(cell, cell_opts, objects, self._label())
+        result = session.run_cell(cell, cell_opts, objects, self._label(), on_figures=self._note_ranks)
         if result is not None:
             self.ipython.user_ns["_ddp"] = result
 

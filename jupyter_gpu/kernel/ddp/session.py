@@ -11,13 +11,14 @@ trusted (NCCL state in particular).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import report
 from .args import CellOptions
 from .errors import DDPError, DDPInterrupted
 from .gang import Collected, Gang, WorkerOptions
-from .launch import cell_gang, check_syntax
+from .launch import cell_gang, check_syntax, rank_figures
 from .output import CellStreams
 from .protocol import Command, Reply
 
@@ -224,14 +225,22 @@ class Session:
         }
 
     def run_cell(
-        self, source: str, cell: CellOptions, objects: dict[str, bytes], label: str
+        self,
+        source: str,
+        cell: CellOptions,
+        objects: dict[str, bytes],
+        label: str,
+        on_figures: Callable[[dict[int, list[dict[str, Any]]]], None] = lambda figures: None,
     ) -> dict[int, Any] | None:
-        """Run a ``%%ddp`` cell; rank -> value of ``--return`` (None when not asked for)."""
+        """Run a ``%%ddp`` cell; rank -> value of ``--return`` (None when not asked for).
+
+        ``on_figures`` gets each rank's allocator figures for the cell (the kernel's timeline)."""
         import cloudpickle
 
         check_syntax(source, 1)
         command = Command("cell", source=source, line_offset=1, objects=objects, return_name=cell.return_name)
         replies = self.run(command, cell, "\n" + source, label)
+        on_figures(rank_figures(replies))
         if cell.return_name is None:
             return None
         return {

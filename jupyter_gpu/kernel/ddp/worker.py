@@ -22,6 +22,9 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
+from ...analysis.cells import device_change
+from ...torch_state import nvml_uuid
+from ..timeline import allocator_readings
 from . import protocol
 from .channel import Channel
 from .errors import capture, cell_filename
@@ -189,10 +192,10 @@ class _Rank:
             if missing:
                 raise NameError(f"name {missing[0]!r} is not defined on rank {self.rank}")
             return Reply(self.rank, ok=True, value=self._dump({n: self.ns[n] for n in cmd.names}))
-        self._run_cell(cmd)
+        info = {"cell_gpus": self._run_cell(cmd)}
         if cmd.return_name is None:
-            return Reply(self.rank, ok=True)
-        return Reply(self.rank, ok=True, value=self._dump(self.ns.get(cmd.return_name)))
+            return Reply(self.rank, ok=True, info=info)
+        return Reply(self.rank, ok=True, value=self._dump(self.ns.get(cmd.return_name)), info=info)
 
     def _load(self, objects: dict[str, bytes]) -> None:
         import cloudpickle
@@ -211,7 +214,8 @@ class _Rank:
         except Exception as exc:
             raise RuntimeError(f"rank {self.rank} could not send its value back: {exc}") from exc
 
-    def _run_cell(self, cmd: Command) -> None:
+    def _run_cell(self, cmd: Command) -> list[dict[str, Any]]:
+        """Run the cell; what this rank's allocator did in it, for the kernel's cell timeline."""
         import torch
 
         filename = cell_filename(self.rank)
@@ -223,9 +227,13 @@ class _Rank:
             dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
             # cache_enabled=False: a cell is often a whole training loop (see kernel/amp.py)
             amp = torch.autocast(self.device.type, dtype=dtype, cache_enabled=False)
+        on_gpu = self.device.type == "cuda"
+        before = allocator_readings(torch, nvml_uuid) if on_gpu else {}
         try:
             with amp:
                 self.executing = True
                 exec(code, self.ns)
         finally:
             self.executing = False
+        after = allocator_readings(torch, nvml_uuid) if on_gpu else {}
+        return [device_change(before.get(i), after[i]) for i in sorted(after)]
