@@ -528,6 +528,12 @@ export interface Cell {
    * Each CUDA device the kernel's allocator uses; empty for a cell run while CUDA was not initialised.
    */
   gpus: CellGpu[];
+  /**
+   * For a %%ddp or %%ddp_launch cell, what each rank's own allocator did in it (the ranks measure themselves; NVML figures are not read there, so process_change_bytes is null); empty for other cells.
+   *
+   * @maxItems 64
+   */
+  ranks: RankFigures[];
 }
 /**
  * One CUDA device: PyTorch's allocator as the cell ended, and what changed while it ran.
@@ -565,6 +571,13 @@ export interface CellGpu {
    * Change in the process's device memory as NVML counts it (the CUDA context, cuBLAS and NCCL workspaces the allocator does not); null when NVML cannot tell.
    */
   process_change_bytes: number | null;
+}
+export interface RankFigures {
+  rank: number;
+  /**
+   * Empty for a rank on the CPU.
+   */
+  gpus: CellGpu[];
 }
 /**
  * A cell of `cells`, named by its `pid` and `seq`, and its figure.
