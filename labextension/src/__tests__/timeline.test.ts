@@ -33,7 +33,8 @@ function cell(
     end: 1005 + 10 * seq,
     wall_seconds: 5,
     outcome: 'ok',
-    gpus
+    gpus,
+    ranks: []
   };
 }
 
