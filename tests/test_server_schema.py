@@ -67,7 +67,7 @@ def test_replies_before_nvml_was_first_tried():
     status = Status()
     assert status.state == "starting" and not status.available
     check_reply("devices", devices_payload(status, simulated=False))
-    body = telemetry_json(status, None, [], simulated=True, interval=1.0, now=time.time())
+    body = telemetry_json(status, None, [], simulated=True, interval=1.0, now=time.time(), owners=[])
     check_reply("telemetry", json.loads(body))
 
 

@@ -10,6 +10,12 @@ Readings use the format of ``tests/fixtures/nvml_readings_2gpu.json``; a file of
 Its clocks event reasons and field values (memory temperature, ECC, remapped rows) come from
 the ``nvidia-smi -q`` taken with it; a field missing there is not supported, as on the H200
 (retired pages). The energy counter is the recorded power integrated since this stand-in started.
+
+A file with a ``trace`` (``{"frame_seconds": 0.2, "frames": [[{device fields}, ...], ...]}``, as
+``benchmarks/record_trace.py`` writes it) replays a recording: each frame overrides the moving
+fields of every device (utilisation, memory, power, temperature, clocks, PCIe, processes) for
+``frame_seconds``, looping, so a demo moves as the recorded GPUs did. A frame's processes are added
+to the device's own ``compute_processes``, which tests may extend.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ class SimulatedNVML:
         self.calls: dict[str, int] = defaultdict(int)
         self.threads: set[str] = set()  # names of the threads that called NVML
         self._started = time.monotonic()
+        trace = readings.get("trace") or {}
+        self._frames: list[list[dict[str, Any]]] = trace.get("frames") or []
+        self._frame_seconds = float(trace.get("frame_seconds") or 1.0)
 
     @classmethod
     def from_file(cls, path: str | Path) -> SimulatedNVML:
@@ -84,7 +93,19 @@ class SimulatedNVML:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
 
     def _device(self, handle: int) -> dict[str, Any]:
-        return self.readings["devices"][handle]
+        device = self.readings["devices"][handle]
+        if not self._frames:
+            return device
+        elapsed = time.monotonic() - self._started
+        frame = self._frames[int(elapsed / self._frame_seconds) % len(self._frames)][handle]
+        processes = [*frame.get("compute_processes", ()), *device["compute_processes"]]
+        return {**device, **frame, "compute_processes": processes}
+
+    def _mean_power_mw(self, handle: int) -> float:
+        """The power the energy counter integrates: a replayed trace's mean, so it only grows."""
+        if not self._frames:
+            return self._device(handle)["power_mw"]
+        return sum(frame[handle]["power_mw"] for frame in self._frames) / len(self._frames)
 
     # -- the pynvml API ----------------------------------------------------------------------
 
@@ -163,7 +184,7 @@ class SimulatedNVML:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
         self._check("nvmlDeviceGetTotalEnergyConsumption", h)
-        return round(self._device(h)["power_mw"] * (time.monotonic() - self._started))  # mJ
+        return round(self._mean_power_mw(h) * (time.monotonic() - self._started))  # mJ
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
         self._check("nvmlDeviceGetCurrentClocksEventReasons", h)

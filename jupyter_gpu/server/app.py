@@ -17,6 +17,7 @@ from ..nvml import NvmlReader
 from . import metrics
 from .handlers import route_table
 from .kernels import KernelView
+from .owners import OwnerMemo
 from .sampler import Sampler
 
 
@@ -35,7 +36,7 @@ class GPUMonitor(ExtensionApp):
     )
     simulated_readings = Unicode(
         config=True,
-        help="JSON file of NVML readings replayed by the simulated backend.",
+        help="JSON file of NVML readings replayed by the simulated backend (by default a trace recorded on 2xH200, looping).",
     )
     interval = Float(1.0, min=0.05, config=True, help="Seconds between samples of the fast fields.")
     slow_interval = Float(
@@ -65,7 +66,7 @@ class GPUMonitor(ExtensionApp):
 
     @default("simulated_readings")
     def _default_readings(self) -> str:
-        return str(Path(__file__).parent.parent / "nvml" / "h200_2gpu_readings.json")
+        return str(Path(__file__).parent.parent / "nvml" / "h200_2gpu_trace.json")
 
     @property
     def simulated(self) -> bool:
@@ -96,6 +97,7 @@ class GPUMonitor(ExtensionApp):
             self.serverapp.session_manager,
             show_all_users=self.show_all_users,
         )
+        self.owners = OwnerMemo()
         self._refresh: PeriodicCallback | None = None
         self.sampler.start()
         metrics.attach(self)

@@ -75,6 +75,7 @@ class TelemetryHandler(GPUHandler):
         self.check_params()
         since = self._since()
         sampler = self.monitor.sampler
+        self.monitor.owners.update(self.monitor.kernels.last)
         await self.send_large(
             telemetry_json(
                 sampler.status,
@@ -83,6 +84,7 @@ class TelemetryHandler(GPUHandler):
                 simulated=self.monitor.simulated,
                 interval=sampler.interval,
                 now=time.time(),
+                owners=self.monitor.owners.reply(),
             )
         )
 

@@ -21,9 +21,11 @@ from ..nvml.processes import ProcessMeta, ProcessTable
 from ..nvml.reader import MEMORY_ERROR_FIELDS, SLOW_FIELDS
 from ..nvml.reasons import Problem, problem_of_kind
 
-# Only in the latest sample: process lists and memory error counts change rarely and would
-# dominate the history's size.
-LATEST_ONLY = frozenset({"processes", *(name for name, _ in MEMORY_ERROR_FIELDS)})
+# Only in the latest sample: memory error counts change rarely and would dominate the history's size.
+LATEST_ONLY = frozenset(name for name, _ in MEMORY_ERROR_FIELDS)
+# Processes kept per GPU in each history sample (the largest): memory by notebook over time needs
+# them, and a GPU shared by hundreds of processes must not make the history unbounded.
+HISTORY_PROCESSES = 32
 # What the API's `state` says about NVML (common.schema.json's nvml_state lists the same values).
 NvmlState = Literal["starting", "ok", "unavailable"]
 
@@ -43,8 +45,18 @@ class Sample:
 
     @classmethod
     def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> Sample:
-        history = [{k: v for k, v in gpu.items() if k not in LATEST_ONLY} for gpu in gpus]
+        history = [_history_gpu(gpu) for gpu in gpus]
         return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
+
+
+def _history_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
+    """A GPU as the history keeps it: no error counts, at most HISTORY_PROCESSES processes."""
+    kept = {k: v for k, v in gpu.items() if k not in LATEST_ONLY}
+    processes = gpu.get("processes")
+    if processes and len(processes) > HISTORY_PROCESSES:
+        by_size = sorted(processes, key=lambda p: p["used_memory_bytes"] or 0, reverse=True)
+        kept["processes"] = by_size[:HISTORY_PROCESSES]
+    return kept
 
 
 @dataclass

@@ -42,12 +42,16 @@ def telemetry_json(
     simulated: bool,
     interval: float,
     now: float,
+    owners: list[dict[str, Any]],
 ) -> str:
     """The telemetry response body, assembled from the samples' pre-encoded JSON.
 
-    History samples leave out process lists: they change rarely and would dominate the size.
+    ``owners`` names the notebook of each GPU process the kernel view attributed (owners.py), so
+    the charts can stack each GPU's memory by notebook over the whole history.
     """
-    head = json.dumps({**header(status), "simulated": simulated, "interval": interval, "now": now})
+    head = json.dumps(
+        {**header(status), "simulated": simulated, "interval": interval, "now": now, "owners": owners}
+    )
     if not status.available:
         return head[:-1] + ', "latest": null, "history": []}'
     latest_json = latest.json_full if latest else "null"
