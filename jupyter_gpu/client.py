@@ -47,6 +47,10 @@ class ServerError(Exception):
         self.status = status
 
 
+class Unreachable(ServerError):
+    """No answer at all: refused, reset, timed out (what a dead or hung server looks like)."""
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
         return None  # urllib then raises HTTPError with the 3xx status
@@ -96,15 +100,73 @@ class Server:
             body = error.read(max_bytes + 1) if error.fp else b""
             error.close()
         except (OSError, http.client.HTTPException) as error:  # URLError and timeouts included
-            raise ServerError(f"cannot reach {self.url}: {getattr(error, 'reason', None) or error}") from None
+            raise Unreachable(f"cannot reach {self.url}: {getattr(error, 'reason', None) or error}") from None
         if len(body) > max_bytes:
             raise ServerError(f"{url} sent more than {format_bytes(max_bytes)}: refused")
         return Reply(status, {k.lower(): v for k, v in (answer or {}).items()}, body)
 
+    async def send_async(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = TIMEOUT,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> Reply:
+        """``send`` for code on an event loop (the hub service asks a hundred servers at once).
+
+        Tornado's client, because urllib cannot bound a whole request: its timeout is per socket
+        operation, so a server that trickles bytes would hold a thread for ever. Here ``timeout``
+        bounds connect and reply together; like ``send`` it takes no proxy (tornado's simple
+        client reads no proxy variables), follows no redirect and reads at most ``max_bytes``.
+        """
+        from tornado.httpclient import HTTPClientError, HTTPRequest
+        from tornado.httputil import HTTPInputError
+        from tornado.simple_httpclient import SimpleAsyncHTTPClient
+
+        request = HTTPRequest(
+            self.url + path,
+            method=method,
+            body=body,
+            headers={**(headers or {}), **({"Authorization": f"token {self.token}"} if self.token else {})},
+            connect_timeout=timeout,
+            request_timeout=timeout,
+            follow_redirects=False,
+            allow_nonstandard_methods=True,
+        )
+        # One client per request: no queue behind tornado's shared client's ten connections,
+        # and the size limit is this request's.
+        client = SimpleAsyncHTTPClient(force_instance=True, max_clients=1, max_body_size=max_bytes)
+        try:
+            response = await client.fetch(request, raise_error=False)
+        except HTTPClientError as error:  # 599: a timeout or a closed stream
+            raise Unreachable(f"cannot reach {self.url}: {error.message}") from None
+        except HTTPInputError as error:  # not HTTP, or a Content-Length over max_body_size
+            raise ServerError(
+                f"{self.url + path} sent a malformed reply or more than {format_bytes(max_bytes)}: {error}"
+            ) from None
+        except OSError as error:  # refused, reset
+            raise Unreachable(f"cannot reach {self.url}: {error}") from None
+        finally:
+            client.close()
+        return Reply(
+            response.code, {k.lower(): v for k, v in response.headers.get_all()}, response.body or b""
+        )
+
     def get(self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES) -> dict[str, Any]:
         """GET ``{url}{path}`` (e.g. ``api/gpu/devices``) and return its JSON object."""
+        return self._json_object(path, self.send(path, timeout=timeout, max_bytes=max_bytes))
+
+    async def get_async(
+        self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES
+    ) -> dict[str, Any]:
+        """``get`` on an event loop."""
+        return self._json_object(path, await self.send_async(path, timeout=timeout, max_bytes=max_bytes))
+
+    def _json_object(self, path: str, reply: Reply) -> dict[str, Any]:
         url = self.url + path
-        reply = self.send(path, timeout=timeout, max_bytes=max_bytes)
         if 300 <= reply.status < 400:
             raise ServerError(
                 f"{url} redirects to {reply.headers.get('location')} (HTTP {reply.status}): not followed, "

@@ -5,7 +5,8 @@ ones inside functions included) and followed transitively through the package:
 - ``jupyter_gpu.server`` never imports ``jupyter_gpu.kernel`` or torch (start-up stays fast);
 - ``jupyter_gpu.kernel`` never imports ``jupyter_gpu.server`` (kernels run without a server);
 - ``jupyter_gpu.cli`` never imports IPython, nor ipykernel or ipywidgets, which import it (a
-  base install has no IPython: the ``kernel`` extra brings it).
+  base install has no IPython: the ``kernel`` extra brings it);
+- ``jupyter_gpu.hub`` (the Hub service) never imports the kernel side, torch or IPython.
 
 Importing a module runs its parent packages' ``__init__`` too, but only their import-time
 statements: a package's lazy hooks (``load_ipython_extension``) run only when called.
@@ -30,6 +31,7 @@ RULES = {
     "jupyter_gpu.server": ("jupyter_gpu.kernel", "torch"),
     "jupyter_gpu.kernel": ("jupyter_gpu.server",),
     "jupyter_gpu.cli": IPYTHON,
+    "jupyter_gpu.hub": ("jupyter_gpu.kernel", "torch", *IPYTHON),
 }
 # Modules allowed to break a rule for now: module -> what it may import. Meant for
 # jupyter_gpu/cli/allreduce.py and jupyter_gpu/kernel/ddp/**, which another engineer is

@@ -1,0 +1,116 @@
+"""``python -m jupyter_gpu.hub``: the instructor's view, a JupyterHub managed service.
+
+The Hub starts it with its address, prefix and token in the environment
+(``JUPYTERHUB_SERVICE_URL``, ``JUPYTERHUB_SERVICE_PREFIX``, ``JUPYTERHUB_API_URL``,
+``JUPYTERHUB_API_TOKEN``). The Hub does not tell services where its proxy listens, and the
+user servers are reached through it, so ``--proxy-url`` says so (default: the origin of
+``JUPYTERHUB_PUBLIC_URL`` when the Hub sets one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import urllib.parse
+from pathlib import Path
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..client import server_at
+from .fleet import Hub
+from .handlers import Builder, KernelsHandler, PageHandler, ShutdownKernelHandler, StopServerHandler
+
+HERE = Path(__file__).parent
+# Under the page's 2 s: every server is asked at once, so this is the page's worst wait.
+DEFAULT_TIMEOUT = 1.5
+
+
+def make_app(hub: Hub, prefix: str, *, cookie_secret: bytes) -> web.Application:
+    builder = Builder(hub)
+    kwargs = {"hub": hub, "builder": builder}
+    return web.Application(
+        [
+            (prefix, PageHandler, kwargs),
+            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+            (url_path_join(prefix, "api/kernels"), KernelsHandler, kwargs),
+            (url_path_join(prefix, "api/shutdown-kernel"), ShutdownKernelHandler, kwargs),
+            (url_path_join(prefix, "api/stop-server"), StopServerHandler, kwargs),
+        ],
+        template_path=str(HERE),
+        cookie_secret=cookie_secret,
+    )
+
+
+def _default_proxy_url() -> str | None:
+    public = os.environ.get("JUPYTERHUB_PUBLIC_URL")
+    if not public:
+        return None
+    parts = urllib.parse.urlsplit(public)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m jupyter_gpu.hub", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--proxy-url",
+        default=_default_proxy_url(),
+        help="where this service reaches JupyterHub's proxy, e.g. http://127.0.0.1:8000",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds to wait for each user server (default {DEFAULT_TIMEOUT})",
+    )
+    args = parser.parse_args(argv)
+    if not args.proxy_url:
+        parser.error("--proxy-url is needed: the Hub does not tell services where its proxy listens")
+    if not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    return args
+
+
+async def serve(argv: list[str]) -> None:
+    args = parse_args(argv)
+    env = os.environ
+    missing = [
+        name
+        for name in (
+            "JUPYTERHUB_SERVICE_URL",
+            "JUPYTERHUB_SERVICE_PREFIX",
+            "JUPYTERHUB_API_URL",
+            "JUPYTERHUB_API_TOKEN",
+        )
+        if not env.get(name)
+    ]
+    if missing:
+        sys.exit(f"{', '.join(missing)} not set: run this as a JupyterHub managed service (see the README)")
+    hub = Hub(
+        server_at(env["JUPYTERHUB_API_URL"], env["JUPYTERHUB_API_TOKEN"]),
+        args.proxy_url,
+        timeout=args.timeout,
+    )
+    # OAuth state cookies are signed; the secret is per process (a restart logs people in again).
+    app = make_app(hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32))
+    listen = urllib.parse.urlsplit(env["JUPYTERHUB_SERVICE_URL"])
+    app.listen(listen.port or 80, listen.hostname or "127.0.0.1", xheaders=True)
+    logging.getLogger("jupyter_gpu.hub").info(
+        "jupyter-gpu service at %s%s, user servers through %s",
+        env["JUPYTERHUB_SERVICE_URL"],
+        env["JUPYTERHUB_SERVICE_PREFIX"],
+        args.proxy_url,
+    )
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+    try:
+        asyncio.run(serve(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # the Hub stops its services with SIGINT
+        pass

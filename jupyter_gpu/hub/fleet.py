@@ -1,0 +1,164 @@
+"""Talking to the Hub's REST API and, concurrently, to every running user server.
+
+Everything goes through the package's one client (``jupyter_gpu.client.Server``, its async
+methods): no proxy, no redirects followed, a deadline and a size limit on every request. A user
+server that is slow or dead costs at most ``timeout`` seconds, spent at the same time as every
+other server's: the page waits for the slowest answer or the timeout, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.parse
+from typing import Any
+
+from ..client import Server, ServerError, Unreachable
+from .view import BadReply, Reading, UserServer, check_kernels, check_telemetry
+
+log = logging.getLogger("jupyter_gpu.hub")
+# A kernels reply of a server with a few hundred kernels is well under this.
+MAX_KERNELS_REPLY = 4 * 2**20
+# Minted per action, revoked right after: a minute is more than one DELETE needs.
+ACTION_TOKEN_SECONDS = 60
+
+
+class HubError(Exception):
+    """The Hub refused or failed a request; ``status`` is what the service answers the browser."""
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+class Hub:
+    """The Hub's API as this service's own token may use it, and the user servers behind the proxy."""
+
+    def __init__(self, api: Server, proxy_url: str, *, timeout: float) -> None:
+        self.api = api  # {hub}/hub/api/ with the service's token
+        self.proxy_url = proxy_url.rstrip("/")
+        self.timeout = timeout
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        try:
+            reply = await self.api.send_async(
+                path, method=method, body=data, headers={"Content-Type": "application/json"}, timeout=10
+            )
+        except ServerError as error:
+            raise HubError(f"the Hub's API does not answer: {error}") from None
+        if reply.status == 404:
+            raise HubError(f"the Hub has no {path.split('?')[0]}", 404)
+        if reply.status >= 300:
+            raise HubError(f"the Hub answered HTTP {reply.status} to {method} {path.split('?')[0]}")
+        return json.loads(reply.body) if reply.body else None
+
+    async def running_servers(self) -> list[UserServer]:
+        """Every ready server of every user, default and named, as the Hub lists them."""
+        found: list[UserServer] = []
+        offset = 0
+        while True:
+            # Ask for the paginated form: plain lists stop silently at the Hub's page limit.
+            reply = await self.api.send_async(
+                f"users?state=ready&offset={offset}",
+                headers={"Accept": "application/jupyterhub-pagination+json"},
+                timeout=10,
+            )
+            if reply.status != 200:
+                raise HubError(f"the Hub answered HTTP {reply.status} when asked for its users")
+            page = json.loads(reply.body)
+            for user in page["items"]:
+                found.extend(servers_of(user))
+            following = (page.get("_pagination") or {}).get("next")
+            if not following:
+                return found
+            offset = following["offset"]
+
+    async def server_of(self, user: str, name: str) -> UserServer:
+        """The user's running server called ``name`` ('' for the default), from the Hub: an
+        action's target is what the Hub says, never a URL from the browser."""
+        model = await self._call("GET", f"users/{_quote(user)}")
+        for server in servers_of(model):
+            if server.name == name:
+                return server
+        raise HubError(f"{user} has no running server {name!r}", 404)
+
+    async def read(self, server: UserServer) -> Reading:
+        """The server's kernels and latest GPU sample, asked at once with the service's token."""
+        at = Server(self.proxy_url + server.url, self.api.token)
+        try:
+            kernels, telemetry = await asyncio.gather(
+                at.get_async("api/gpu/kernels", timeout=self.timeout, max_bytes=MAX_KERNELS_REPLY),
+                # since=now: the latest sample only, without the history
+                at.get_async(f"api/gpu/telemetry?since={time.time():.3f}", timeout=self.timeout),
+            )
+        except ServerError as error:
+            # The proxy answers 502/503 for a server whose process is gone.
+            dead = isinstance(error, Unreachable) or error.status in (502, 503, 504)
+            state = "not_answering" if dead else "error"
+            return Reading(server, state, _without_host(str(error), at.url))
+        try:
+            return Reading(server, "ok", None, check_kernels(kernels), check_telemetry(telemetry))
+        except BadReply as error:
+            return Reading(server, "error", f"unexpected reply: {error}")
+
+    async def read_all(self) -> list[Reading]:
+        servers = await self.running_servers()
+        return list(await asyncio.gather(*(self.read(s) for s in servers)))
+
+    async def shut_down_kernel(self, server: UserServer, kernel_id: str, *, by: str) -> None:
+        """DELETE the kernel through the user's own server API, with a token the Hub mints for
+        this one server (``access:servers!server=<user>/<name>``) and that is revoked after."""
+        scope = f"access:servers!server={server.user}/{server.name}"
+        minted = await self._call(
+            "POST",
+            f"users/{_quote(server.user)}/tokens",
+            {
+                "scopes": [scope],
+                "expires_in": ACTION_TOKEN_SECONDS,
+                "note": f"jupyter-gpu: {by} shuts down kernel {kernel_id}",
+            },
+        )
+        try:
+            at = Server(self.proxy_url + server.url, minted["token"])
+            try:
+                reply = await at.send_async(f"api/kernels/{_quote(kernel_id)}", method="DELETE", timeout=10)
+            except ServerError as error:
+                raise HubError(
+                    f"{server.user}'s server does not answer: {_without_host(str(error), at.url)}"
+                ) from None
+            if reply.status == 404:
+                raise HubError(f"{server.user}'s server has no kernel {kernel_id}", 404)
+            if reply.status >= 300:
+                raise HubError(f"{server.user}'s server answered HTTP {reply.status} to the shutdown")
+        finally:
+            await self._call("DELETE", f"users/{_quote(server.user)}/tokens/{_quote(minted['id'])}")
+
+    async def stop_server(self, server: UserServer) -> None:
+        """Ask the Hub to stop the server (it answers at once; stopping may take a moment)."""
+        path = f"users/{_quote(server.user)}/" + (
+            f"servers/{_quote(server.name)}" if server.name else "server"
+        )
+        await self._call("DELETE", path)
+
+
+def servers_of(user: dict[str, Any]) -> list[UserServer]:
+    """The ready servers in a Hub user model (its ``servers`` needs the ``read:servers`` scope)."""
+    return [
+        UserServer(user["name"], name, model["url"])
+        for name, model in sorted((user.get("servers") or {}).items())
+        if model.get("ready")
+    ]
+
+
+def _without_host(message: str, url: str) -> str:
+    """The client's message with the server's address shortened to its path (the proxy's
+    address means nothing to the reader and is the same for everyone)."""
+    parts = urllib.parse.urlsplit(url)
+    return message.replace(f"{parts.scheme}://{parts.netloc}", "")

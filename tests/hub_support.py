@@ -1,0 +1,221 @@
+"""A real JupyterHub for the instructor-view tests: the Hub, configurable-http-proxy from npm,
+DummyAuthenticator, SimpleLocalProcessSpawner, and student servers running jupyter_server with
+jupyter_gpu on the simulated backend. The service ``jupyter-gpu`` is registered with the very
+roles the README gives (``hub_config`` below is the README's block plus test plumbing).
+
+Imported by name (like browser_support): a conftest.py here would shadow tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
+PASSWORD = "workshop"
+INSTRUCTOR = "teacher"
+
+
+def need_proxy() -> None:
+    """Skip without configurable-http-proxy, except in CI (.ci/run installs it and says so)."""
+    if shutil.which("configurable-http-proxy") is None:
+        if os.environ.get("JUPYTER_GPU_REQUIRE_HUB"):
+            pytest.fail("configurable-http-proxy is not installed (npm install -g configurable-http-proxy)")
+        pytest.skip("needs configurable-http-proxy (npm install -g configurable-http-proxy)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hub_config(proxy: str, service_port: int, admin_token: str, home: Path) -> str:
+    """jupyterhub_config.py: the README's service and roles, then what only the tests need."""
+    singleuser_args = [
+        *(["--allow-root"] if os.geteuid() == 0 else []),  # the Hub refuses root servers otherwise
+        "--ServerApp.jpserver_extensions={'jupyter_gpu': True}",
+        "--GPUMonitor.backend=simulated",
+        f"--GPUMonitor.simulated_readings={READINGS}",
+        "--GPUMonitor.interval=0.2",
+    ]
+    return f"""
+import sys
+c = get_config()  # noqa
+
+# --- as in the README ---
+c.JupyterHub.services = [
+    {{
+        "name": "jupyter-gpu",
+        "url": "http://127.0.0.1:{service_port}",
+        "command": [sys.executable, "-m", "jupyter_gpu.hub", "--proxy-url", "{proxy}"],
+        "oauth_no_confirm": True,
+    }},
+    {{"name": "test-admin", "api_token": {admin_token!r}}},
+]
+c.JupyterHub.load_groups = {{"instructors": {{"users": [{INSTRUCTOR!r}]}}}}
+c.JupyterHub.load_roles = [
+    {{
+        "name": "jupyter-gpu-service",
+        "services": ["jupyter-gpu"],
+        "scopes": ["list:users", "read:users:name", "read:servers", "access:servers", "admin:servers", "tokens"],
+    }},
+    {{
+        "name": "jupyter-gpu-instructors",
+        "groups": ["instructors"],
+        "scopes": ["access:services!service=jupyter-gpu"],
+    }},
+    {{"name": "admin", "services": ["test-admin"]}},
+]
+
+# --- test plumbing ---
+c.JupyterHub.bind_url = "{proxy}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{_free_port()}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{_free_port()}"
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = {PASSWORD!r}
+c.Authenticator.allow_all = True
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = {str(home / "{username}")!r}
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = {singleuser_args!r}
+c.Spawner.start_timeout = 60
+c.Spawner.http_timeout = 60
+"""
+
+
+class RealHub:
+    """``jupyterhub`` in a subprocess, in its own directory; ``admin`` calls its API as admin."""
+
+    def __init__(self, tmp: Path) -> None:
+        need_proxy()
+        self.tmp = tmp
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.admin_token = secrets.token_hex(16)
+        (tmp / "home").mkdir()
+        (tmp / "jupyterhub_config.py").write_text(
+            hub_config(self.url, _free_port(), self.admin_token, tmp / "home")
+        )
+        self.log_path = tmp / "jupyterhub.log"
+        self._log = open(self.log_path, "ab")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", "jupyterhub_config.py"],
+            cwd=tmp,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.wait_for("the Hub and its jupyter-gpu service", self._service_up, timeout=60)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, what: str, check, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                pytest.fail(f"jupyterhub exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            try:
+                value = check()
+            except requests.RequestException:
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}\n{self.log()[-4000:]}")
+            time.sleep(0.05)
+
+    def _service_up(self) -> bool:
+        # the service's page answers (with a redirect to the Hub's login) once it listens
+        reply = requests.get(f"{self.url}/services/jupyter-gpu/", allow_redirects=False, timeout=5)
+        return reply.status_code == 302 and "/hub/api/oauth2/authorize" in reply.headers.get("location", "")
+
+    def admin(self, method: str, path: str, **kwargs) -> requests.Response:
+        """A request with the admin token, to the Hub's API (``hub/api/...``) or a user server."""
+        return requests.request(
+            method,
+            f"{self.url}/{path}",
+            headers={"Authorization": f"token {self.admin_token}"},
+            timeout=30,
+            **kwargs,
+        )
+
+    def user_model(self, name: str) -> dict:
+        reply = self.admin("GET", f"hub/api/users/{name}")
+        reply.raise_for_status()
+        return reply.json()
+
+    def start_server(self, name: str) -> None:
+        """Create the user if need be and start their default server; wait until it is ready."""
+        if self.admin("GET", f"hub/api/users/{name}").status_code == 404:
+            assert self.admin("POST", f"hub/api/users/{name}").status_code == 201
+        reply = self.admin("POST", f"hub/api/users/{name}/server")
+        assert reply.status_code in (201, 202), reply.text
+        self.wait_for(
+            f"{name}'s server", lambda: self.user_model(name)["servers"].get("", {}).get("ready"), 60
+        )
+
+    def server_pid(self, name: str) -> int:
+        return self.user_model(name)["servers"][""]["state"]["pid"]
+
+    def start_kernel(self, user: str, notebook: str) -> str:
+        """A session (kernel + notebook path) in the user's server; returns the kernel id."""
+        reply = self.admin(
+            "POST",
+            f"user/{user}/api/sessions",
+            json={"path": notebook, "name": notebook, "type": "notebook", "kernel": {"name": "python3"}},
+        )
+        assert reply.status_code == 201, reply.text
+        return reply.json()["kernel"]["id"]
+
+    def kernel_ids(self, user: str) -> set[str]:
+        reply = self.admin("GET", f"user/{user}/api/kernels")
+        reply.raise_for_status()
+        return {k["id"] for k in reply.json()}
+
+    def login(self, name: str) -> requests.Session:
+        """A browser-like session logged in to the Hub as ``name`` (DummyAuthenticator)."""
+        session = requests.Session()
+        page = session.get(f"{self.url}/hub/login", timeout=10)
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
+        form = {"username": name, "password": PASSWORD, **({"_xsrf": xsrf.group(1)} if xsrf else {})}
+        reply = session.post(f"{self.url}/hub/login", data=form, timeout=30)
+        assert reply.ok, reply.text[-2000:]
+        return session
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self._log.close()
+
+
+def page_xsrf(html: str) -> str:
+    match = re.search(r'<meta name="xsrf" content="([^"]+)"', html)
+    assert match, html[:2000]
+    return match.group(1)
+
+
+def service_json(session: requests.Session, hub: RealHub, path: str = "api/kernels") -> dict:
+    reply = session.get(f"{hub.url}/services/jupyter-gpu/{path}", timeout=30)
+    assert reply.status_code == 200, reply.text[-2000:]
+    return json.loads(reply.text)

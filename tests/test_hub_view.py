@@ -1,0 +1,90 @@
+"""The instructor view's pure shaping and its fan-out over many user servers (no Hub needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from fake_fleet import FakeFleet, kernels_reply, mixed, telemetry_reply
+
+from jupyter_gpu.client import Server
+from jupyter_gpu.hub import view
+from jupyter_gpu.hub.fleet import Hub
+from jupyter_gpu.hub.handlers import Builder
+
+ADA = view.UserServer("ada", "", "/user/ada/")
+
+
+def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_dash():
+    reply = kernels_reply("ada", 3)  # kernel 1 is the idle holder (2 GiB)
+    del reply["kernels"][2]["idle_seconds"], reply["kernels"][2]["idle_holding"]  # an older server
+    reading = view.Reading(
+        ADA, "ok", kernels=view.check_kernels(reply), gpus=view.check_telemetry(telemetry_reply(1))
+    )
+    built = view.build([reading], now=10.0, timeout=1.5)
+    assert [k["kernel_id"] for k in built["kernels"]] == ["ada-k1", "ada-k2", "ada-k0"]
+    older = built["kernels"][1]
+    assert older["idle_holding"] is None and older["text"]["idle"] == view.DASH
+    assert built["kernels"][0]["text"]["memory"] == "2.00 GiB"
+
+
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        ([], "not a JSON object"),
+        ({"version": 99, "kernels": []}, "version 99"),
+        ({"version": 1, "kernels": [{"id": 7}]}, "no id"),
+        (
+            {
+                "version": 1,
+                "kernels": [{"id": "k", "gpu_memory": [{"gpu_index": -1, "used_memory_bytes": 1}]}],
+            },
+            "gpu_memory",
+        ),
+        ({"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "idle_holding": 1}]}, "idle_holding"),
+        ({"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "idle_seconds": "long"}]}, "idle_seconds"),
+    ],
+)
+def test_a_reply_of_the_wrong_shape_is_refused_with_what_is_wrong(reply, says):
+    with pytest.raises(view.BadReply, match=says):
+        view.check_kernels(reply)
+
+
+def test_gpus_seen_by_several_servers_are_listed_once_from_the_newest_sample():
+    old, new = view.check_telemetry(telemetry_reply(1.0)), view.check_telemetry(telemetry_reply(2.0))
+    new[0]["memory_used_bytes"] = 5
+    readings = [
+        view.Reading(ADA, "ok", kernels=[], gpus=old),
+        view.Reading(view.UserServer("bo", "", "/user/bo/"), "ok", kernels=[], gpus=new),
+    ]
+    gpus = view.gpu_rows(readings)
+    assert [(g["index"], g["memory_used_bytes"], g["users"]) for g in gpus] == [
+        (0, 5, ["ada", "bo"]),
+        (1, 2**33, ["ada", "bo"]),
+    ]
+
+
+def test_a_hundred_servers_some_slow_some_dead_build_within_two_seconds():
+    async def build():
+        fleet = FakeFleet(mixed(100))
+        await fleet.start()
+        try:
+            hub = Hub(Server(f"{fleet.url}/hub/api/", "t"), fleet.url, timeout=1.0)
+            start = time.perf_counter()
+            built = await Builder(hub).build()
+            return built, time.perf_counter() - start
+        finally:
+            fleet.stop()
+
+    built, seconds = asyncio.run(build())
+    assert seconds < 2.0
+    states = {s["user"]: (s["state"], s["reason"]) for s in built["servers"]}
+    assert states["student099"][0] == "not_answering"  # closed the connection
+    assert states["student096"][0] == "not_answering"  # hung: the timeout
+    assert states["student097"][0] == "error" and "JSON" in states["student097"][1]
+    assert states["student098"] == ("error", "unexpected reply: kernel 0 has no id")
+    assert states["student005"][0] == "ok"  # slow but within the timeout
+    assert sum(s == "ok" for s, _ in states.values()) == 96
+    assert len(built["kernels"]) == 96 * 2 and built["kernels"][0]["idle_holding"] is True
+    assert [s["state"] for s in built["servers"][:4]] != ["ok"] * 4  # problems first
