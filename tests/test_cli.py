@@ -103,7 +103,16 @@ STATUS_SCHEMA = {
             "type": ["array", "null"],
             "items": {
                 "type": "object",
-                "required": ["id", "notebook", "pid", "execution_state", "gpu_memory", "allocator"],
+                "required": [
+                    "id",
+                    "notebook",
+                    "pid",
+                    "execution_state",
+                    "idle_seconds",
+                    "idle_holding",
+                    "gpu_memory",
+                    "allocator",
+                ],
             },
         },
         "hidden_processes": {"type": ["integer", "null"]},

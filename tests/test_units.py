@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu.analysis.units import format_bytes, format_bytes_change, format_bytes_of
+from jupyter_gpu.analysis.units import format_bytes, format_bytes_change, format_bytes_of, format_duration
 
 TABLE = json.loads((Path(__file__).parent / "fixtures" / "byte_formats.json").read_text())
 
@@ -26,6 +26,11 @@ def test_used_of_total(used, total, text):
 @pytest.mark.parametrize(("n", "text"), TABLE["changes"])
 def test_changes_are_signed(n, text):
     assert format_bytes_change(n) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), TABLE["durations"])
+def test_durations_print_as_the_panel_prints_them(seconds, text):
+    assert format_duration(seconds) == text
 
 
 def test_unknown_figures():

@@ -77,3 +77,19 @@ def format_bytes_of(used: int | float | None, total: int | float | None) -> str:
     if 0 < used < KiB**power / 100:
         return f"{format_bytes(used)} / {of}"
     return f"{_scaled(used, power)} / {of}"
+
+
+def _js_round(x: float) -> int:
+    """JavaScript's ``Math.round``: halves go up (Python's ``round`` goes to even)."""
+    return math.floor(x + 0.5)
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as "45 s", "3 min", "2 h": ``formatAge`` of ``labextension/src/format.ts``."""
+    if seconds is None or not _known(seconds):
+        return MISSING
+    if seconds < 90:
+        return f"{max(0, _js_round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{_js_round(seconds / 60)} min"
+    return f"{_js_round(seconds / 3600)} h"

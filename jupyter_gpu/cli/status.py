@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from ..analysis.units import format_bytes, format_bytes_of
+from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
 from .server import Server, find_server, get, server_from_url
 
@@ -106,6 +106,8 @@ def from_server(server: Server) -> dict[str, Any]:
                 "notebook": kernel.get("path"),
                 "pid": kernel.get("pid"),
                 "execution_state": kernel.get("execution_state"),
+                "idle_seconds": kernel.get("idle_seconds"),
+                "idle_holding": bool(kernel.get("idle_holding")),
                 "gpu_memory": [
                     {"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
                     for r in kernel.get("gpu_memory") or []
@@ -142,6 +144,10 @@ def from_server(server: Server) -> dict[str, Any]:
                     _process(index, proc, command=other.get("command"), user=other.get("user"))
                 )
     status["hidden_processes"] = kernels.get("hidden_processes")
+    status["idle"] = {
+        "after_seconds": kernels.get("idle_after_seconds"),
+        "min_memory_bytes": kernels.get("idle_min_memory_bytes"),
+    }
     status["available"] = True
     return status
 
@@ -157,6 +163,7 @@ def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
         "processes": [],
         "kernels": None,  # null: no server was asked, so kernels are unknown (not absent)
         "hidden_processes": None,
+        "idle": None,  # the server's thresholds for flagging idle kernels that hold GPU memory
         "notes": [],
     }
 
@@ -237,10 +244,13 @@ def _kernel_row(kernel: dict[str, Any]) -> list[str]:
             )
             or "nothing allocated"
         )
+    state = kernel["execution_state"] or ""
+    if kernel["idle_seconds"] is not None:
+        state = f"idle {format_duration(kernel['idle_seconds'])}"
     return [
         kernel["notebook"] or "(no notebook)",
         (kernel["id"] or "")[:8],
-        kernel["execution_state"] or "",
+        state + (" IDLE HOLDER" if kernel["idle_holding"] else ""),
         held or "none",
         allocator,
     ]
@@ -285,6 +295,13 @@ def render(status: dict[str, Any]) -> str:
                 [_kernel_row(k) for k in status["kernels"]],
                 [False] * 5,
             )
+            if any(k["idle_holding"] for k in status["kernels"]):
+                idle = status["idle"]
+                lines.append(
+                    f"IDLE HOLDER: idle at least {format_duration(idle['after_seconds'])} while holding at "
+                    f"least {format_bytes(idle['min_memory_bytes'])} of GPU memory; free its cache or shut "
+                    "it down from the GPU panel."
+                )
         else:
             lines.append("no kernels running")
     else:

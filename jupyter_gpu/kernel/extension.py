@@ -18,6 +18,7 @@ from IPython.core.magic import Magics
 FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.agent",
     "jupyter_gpu.kernel.timeline",
+    "jupyter_gpu.kernel.free_cache",
     "jupyter_gpu.kernel.memory_magic",
     "jupyter_gpu.kernel.oom",
     "jupyter_gpu.kernel.amp",

@@ -11,10 +11,12 @@ from pathlib import Path
 
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Enum, Float, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default
 
+from ..analysis.idle import CullPolicy
 from ..nvml import NvmlReader
 from . import metrics
+from .culler import Culler
 from .handlers import route_table
 from .kernels import KernelView
 from .owners import OwnerMemo
@@ -64,6 +66,49 @@ class GPUMonitor(ExtensionApp):
         help="List other users' GPU processes with their commands. When False they are only counted.",
     )
 
+    idle_after = Float(
+        900.0,
+        min=0.0,
+        config=True,
+        help="Seconds a kernel must sit idle before it is flagged as idle on GPU memory "
+        "(`idle_holding` in api/gpu/kernels, marked in the panel and in `jupyter gpu status`).",
+    )
+    idle_min_memory = Int(
+        1024**3,
+        min=0,
+        config=True,
+        help="Bytes of GPU memory an idle kernel must hold to be flagged.",
+    )
+    cull_idle_after = Float(
+        0.0,
+        min=0.0,
+        config=True,
+        help="Shut down kernels idle this many seconds while holding at least `cull_min_memory` "
+        "bytes of GPU memory; 0 (the default) turns the GPU-aware culler off. Busy kernels are never culled.",
+    )
+    cull_min_memory = Int(
+        1024**3,
+        min=0,
+        config=True,
+        help="Bytes of GPU memory an idle kernel must hold to be culled; 0 culls any idle kernel.",
+    )
+    cull_warn_before = Float(
+        300.0,
+        min=0.0,
+        config=True,
+        help="Seconds before a cull when the owner is warned (a JupyterLab notification and a log "
+        "line); 0 for no warning.",
+    )
+    cull_connected = Bool(
+        False,
+        config=True,
+        help="Cull idle kernels that still have open connections (e.g. a notebook tab). Off, as "
+        "jupyter_server's own `cull_connected`.",
+    )
+    cull_interval = Float(
+        60.0, min=0.1, config=True, help="Seconds between the culler's checks of the kernels."
+    )
+
     @default("simulated_readings")
     def _default_readings(self) -> str:
         return str(Path(__file__).parent.parent / "nvml" / "h200_2gpu_trace.json")
@@ -71,6 +116,12 @@ class GPUMonitor(ExtensionApp):
     @property
     def simulated(self) -> bool:
         return self.backend == "simulated"
+
+    @property
+    def cull_policy(self) -> CullPolicy:
+        return CullPolicy(
+            self.cull_idle_after, self.cull_min_memory, self.cull_warn_before, self.cull_connected
+        )
 
     def _reader_factory(self):
         if self.simulated:
@@ -96,9 +147,24 @@ class GPUMonitor(ExtensionApp):
             self.serverapp.kernel_manager,
             self.serverapp.session_manager,
             show_all_users=self.show_all_users,
+            idle_after=self.idle_after,
+            idle_min_memory=self.idle_min_memory,
+            cull_policy=self.cull_policy,
+        )
+        self.culler = (
+            Culler(
+                self.kernels,
+                self.serverapp.kernel_manager,
+                self.serverapp.event_logger,
+                self.cull_policy,
+                self.log,
+            )
+            if self.cull_policy.enabled
+            else None
         )
         self.owners = OwnerMemo()
         self._refresh: PeriodicCallback | None = None
+        self._cull: PeriodicCallback | None = None
         self.sampler.start()
         metrics.attach(self)
 
@@ -109,6 +175,9 @@ class GPUMonitor(ExtensionApp):
         # Keeps the kernel attribution that Prometheus reports fresh between API calls.
         self._refresh = PeriodicCallback(self._refresh_kernels, max(self.interval, 5.0) * 1000)
         self._refresh.start()
+        if self.culler is not None:
+            self._cull = PeriodicCallback(self._cull_kernels, self.cull_interval * 1000)
+            self._cull.start()
 
     async def _refresh_kernels(self) -> None:
         try:
@@ -116,8 +185,16 @@ class GPUMonitor(ExtensionApp):
         except Exception:  # never let a periodic task die silently or spam tracebacks
             self.log.warning("jupyter_gpu: kernel attribution failed", exc_info=True)
 
+    async def _cull_kernels(self) -> None:
+        assert self.culler is not None
+        try:
+            await self.culler.check()
+        except Exception:
+            self.log.warning("jupyter_gpu: the GPU culler's check failed", exc_info=True)
+
     async def stop_extension(self) -> None:
-        if self._refresh is not None:
-            self._refresh.stop()
+        for periodic in (self._refresh, self._cull):
+            if periodic is not None:
+                periodic.stop()
         metrics.detach(self)
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)

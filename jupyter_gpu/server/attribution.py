@@ -20,6 +20,8 @@ class KernelRef:
     execution_state: str | None
     pid: int | None
     path: str | None
+    last_activity: float | None = None  # unix seconds, as the kernel manager last saw activity
+    connections: int = 0  # open websocket connections (notebook tabs), as the kernel manager counts
 
 
 def _owner(meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str]) -> str | None:
@@ -77,6 +79,8 @@ def attribute(
                 "id": k.id,
                 "name": k.name,
                 "execution_state": k.execution_state,
+                "last_activity": k.last_activity,
+                "connections": k.connections,
                 "path": k.path,
                 "pid": k.pid,
                 "gpu_memory": sorted(usage[k.id].values(), key=lambda r: r["gpu_index"]),

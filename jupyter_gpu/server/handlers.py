@@ -13,6 +13,8 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from ..analysis.idle import IDLE_STATES
+from .actions import ActionRefused, free_cache
 from .telemetry import devices_payload, telemetry_json
 
 AUTH_RESOURCE = "gpu"
@@ -109,7 +111,11 @@ class KernelsHandler(GPUHandler):
     @authorized
     async def get(self) -> None:
         self.check_params()
-        self.send(await self.monitor.kernels.refresh())
+        payload = await self.monitor.kernels.refresh()
+        # Whether this user may act on kernels (free cache, interrupt, restart, shut down), so
+        # that a read-only user sees the kernels without buttons that would answer 403.
+        allowed = self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
+        self.send({**payload, "actions_allowed": bool(allowed)})
 
 
 class CellsHandler(GPUHandler):
@@ -123,6 +129,45 @@ class CellsHandler(GPUHandler):
         await self.send_large(json.dumps(payload))
 
 
+class FreeCacheHandler(GPUHandler):
+    """An action on a kernel: authorised as jupyter_server authorises its own kernel actions."""
+
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        self.check_params()
+        manager = self.monitor.serverapp.kernel_manager
+        if kernel_id not in manager:
+            raise web.HTTPError(*self._not_a_kernel(kernel_id))
+        state = manager.kernel_model(kernel_id)["execution_state"]
+        if state not in IDLE_STATES:
+            raise web.HTTPError(
+                409, f"The kernel is {state}; its cache can be freed only while it is idle (between cells)."
+            )
+        try:
+            reply = await free_cache(manager.get_kernel(kernel_id), kernel_id)
+        except ActionRefused as refused:
+            raise web.HTTPError(409, str(refused)) from None
+        self.monitor.log.info(
+            "jupyter_gpu: freed %d bytes of PyTorch's cache in kernel %s", reply["freed_bytes"], kernel_id
+        )
+        self.send(reply)
+
+    def _not_a_kernel(self, kernel_id: str) -> tuple[int, str]:
+        """A GPU process that is no kernel of this server is refused by name; anything else is 404."""
+        if kernel_id.isdigit():
+            latest = self.monitor.sampler.latest()
+            pids = {p["pid"] for g in (latest.gpus if latest else ()) for p in g.get("processes") or ()}
+            if int(kernel_id) in pids:
+                return 409, (
+                    f"Process {kernel_id} is not a kernel of this server: jupyter_gpu acts only on "
+                    "this server's kernels."
+                )
+        return 404, f"No kernel with id {kernel_id[:80]!r} on this server."
+
+
 def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any]]]:
     """Routes relative to base_url (the ExtensionApp prepends it)."""
     kwargs = {"monitor": monitor}
@@ -131,4 +176,5 @@ def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any
         (r"/api/gpu/telemetry", TelemetryHandler, kwargs),
         (r"/api/gpu/kernels", KernelsHandler, kwargs),
         (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/cells", CellsHandler, kwargs),
+        (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/free-cache", FreeCacheHandler, kwargs),
     ]

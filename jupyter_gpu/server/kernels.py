@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import time
+from datetime import datetime
 from typing import Any
 
 import psutil
 from jupyter_core.utils import ensure_async
+from tornado import web
 
 from ..analysis.cells import holders_now, largest_peaks
+from ..analysis.idle import CullPolicy, cull_in, idle_holding, idle_seconds
 from .attribution import KernelRef, attribute
 from .cell_history import CellHistory
 from .kernel_stats import KernelStats, read_kernel_stats
@@ -29,14 +33,35 @@ def _kernel_pid(kernel: Any) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+def unix_time(iso: Any) -> float | None:
+    """jupyter_server's ISO 8601 times end in 'Z', which Python 3.10's fromisoformat refuses."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 class KernelView:
     def __init__(
-        self, sampler: Sampler, kernel_manager: Any, session_manager: Any, *, show_all_users: bool
+        self,
+        sampler: Sampler,
+        kernel_manager: Any,
+        session_manager: Any,
+        *,
+        show_all_users: bool,
+        idle_after: float = 900.0,
+        idle_min_memory: int = 1024**3,
+        cull_policy: CullPolicy | None = None,
     ) -> None:
         self.sampler = sampler
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.show_all_users = show_all_users
+        self.idle_after = idle_after
+        self.idle_min_memory = idle_min_memory
+        self.cull_policy = cull_policy or CullPolicy(0.0, 0, 0.0, False)
         self.current_user = getpass.getuser()
         self.last: dict[str, Any] | None = None  # what Prometheus reports between refreshes
         self.cell_history = CellHistory()
@@ -48,15 +73,19 @@ class KernelView:
         for kernel_id in self.kernel_manager.list_kernel_ids():
             try:
                 kernel = self.kernel_manager.get_kernel(kernel_id)
-            except KeyError:  # shut down since list_kernel_ids()
+                # The manager's own model: activity and connections as its culler sees them.
+                model = self.kernel_manager.kernel_model(kernel_id)
+            except (KeyError, web.HTTPError):  # shut down since list_kernel_ids()
                 continue
             refs.append(
                 KernelRef(
                     id=kernel_id,
                     name=getattr(kernel, "kernel_name", ""),
-                    execution_state=getattr(kernel, "execution_state", None),
+                    execution_state=model.get("execution_state"),
                     pid=_kernel_pid(kernel),
                     path=paths.get(kernel_id),
+                    last_activity=unix_time(model.get("last_activity")),
+                    connections=int(model.get("connections") or 0),
                 )
             )
         return refs
@@ -87,11 +116,31 @@ class KernelView:
             current_user=self.current_user,
             show_all_users=self.show_all_users,
         )
+        now = time.time()
         for kernel in view["kernels"]:
             kernel.update(stats[kernel["id"]].api_fields())
-        payload = {**header(status), **view}
+            kernel.update(self.idle_fields(kernel, now))
+        payload = {
+            **header(status),
+            **view,
+            "idle_after_seconds": self.idle_after,
+            "idle_min_memory_bytes": self.idle_min_memory,
+        }
         self.last = payload
         return payload
+
+    def idle_fields(self, kernel: dict[str, Any], now: float) -> dict[str, Any]:
+        """How long the kernel has sat idle, on how much GPU memory, and when the culler acts."""
+        idle = idle_seconds(kernel["execution_state"], kernel["last_activity"], now)
+        memory = sum(row["used_memory_bytes"] for row in kernel["gpu_memory"])
+        return {
+            "idle_seconds": idle,
+            "memory_bytes": memory,
+            "idle_holding": idle_holding(
+                idle, memory, after=self.idle_after, min_memory=self.idle_min_memory
+            ),
+            "cull_in_seconds": cull_in(self.cull_policy, idle, memory, kernel["connections"]),
+        }
 
     async def cells(self, kernel_id: str) -> dict[str, Any] | None:
         """``GET api/gpu/kernels/<id>/cells``: the kernel's timeline; None for no such kernel."""

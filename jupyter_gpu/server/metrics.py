@@ -204,6 +204,20 @@ def kernel_memory(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> d
     return totals
 
 
+def kernel_idle(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """Seconds idle of each idle kernel, per GPU it holds memory on; kernels that share the kept
+    labels report the longest (a sum of idle times would mean nothing)."""
+    longest: dict[tuple[str, ...], float] = {}
+    for kernel in kernels:
+        idle = kernel.get("idle_seconds")
+        if idle is None:
+            continue
+        for row in kernel["gpu_memory"]:
+            key = _kernel_key(kernel, row["gpu_index"], row.get("uuid"), keep)
+            longest[key] = max(longest.get(key, 0.0), idle)
+    return longest
+
+
 def kernel_allocators(
     kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]
 ) -> dict[tuple[str, ...], dict[str, float]]:
@@ -246,6 +260,14 @@ def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
     for key, total in kernel_memory(view["kernels"], keep).items():
         memory.add_metric(key, total)
     yield memory
+    idle = GaugeMetricFamily(
+        "jupyter_gpu_kernel_idle_seconds",
+        "Seconds since the kernel manager last saw activity on an idle kernel holding device memory.",
+        labels=labels,
+    )
+    for key, seconds in kernel_idle(view["kernels"], keep).items():
+        idle.add_metric(key, seconds)
+    yield idle
     allocators = kernel_allocators(view["kernels"], keep)
     for field, name, doc, counter in ALLOCATOR_SERIES:
         family = _family(counter, f"kernel_allocator_{name}", doc, labels)
