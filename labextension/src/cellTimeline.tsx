@@ -7,6 +7,7 @@
 import * as React from 'react';
 import uPlot from 'uplot';
 
+import { BYTE_STEPS, PALETTE, TimeChart } from './chart';
 import { formatBytes, formatBytesChange, MemoryUnits } from './format';
 import {
   cellLabel,
@@ -17,10 +18,7 @@ import {
 } from './timeline';
 import type { Cell, CellsReply } from './types';
 
-/** Okabe and Ito's palette: told apart with every common colour blindness. */
-const PALETTE = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9'];
 const HEIGHT = 140;
-const BYTE_STEPS = Array.from({ length: 44 }, (_, i) => 2 ** (6 + i));
 const REFRESH_MS = 5000;
 
 export interface ICellTimelineProps {
@@ -136,123 +134,57 @@ function CellList(props: {
   );
 }
 
-/** The theme's value of a CSS variable, for the canvas (which cannot read CSS). */
-function themeColour(name: string, fallback: string): string {
-  return (
-    getComputedStyle(document.body).getPropertyValue(name).trim() || fallback
-  );
-}
-
-function chartOptions(
-  data: ITimelineData,
-  boundaries: () => ITimelineData['boundaries'],
-  width: number,
-  units: MemoryUnits
-): uPlot.Options {
-  const text = themeColour('--jp-ui-font-color1', '#000');
-  const grid = themeColour('--jp-border-color2', '#ddd');
-  const axis = {
-    stroke: text,
-    grid: { stroke: grid, width: 1 },
-    ticks: { stroke: grid, width: 1 }
-  };
-  const drawBoundaries = (u: uPlot) => {
-    const ctx = u.ctx;
-    ctx.save();
-    ctx.strokeStyle = themeColour('--jp-ui-font-color3', '#999');
-    ctx.fillStyle = text;
-    ctx.setLineDash([2, 3]);
-    ctx.font = `${10 * uPlot.pxRatio}px sans-serif`;
-    let labelledUpTo = -Infinity; // labels that would overlap are left out, not the lines
-    for (const b of boundaries()) {
-      const x = Math.round(u.valToPos(b.t, 'x', true));
-      ctx.beginPath();
-      ctx.moveTo(x, u.bbox.top);
-      ctx.lineTo(x, u.bbox.top + u.bbox.height);
-      ctx.stroke();
-      if (x > labelledUpTo) {
-        ctx.fillText(b.label, x + 2, u.bbox.top + 10 * uPlot.pxRatio);
-        labelledUpTo = x + ctx.measureText(b.label).width + 4;
-      }
+/** The cells' starts as dashed lines, labelled where the labels do not overlap. */
+function drawBoundaries(u: uPlot, boundaries: ITimelineData['boundaries']) {
+  const ctx = u.ctx;
+  ctx.save();
+  const style = getComputedStyle(document.body);
+  ctx.strokeStyle =
+    style.getPropertyValue('--jp-ui-font-color3').trim() || '#999';
+  ctx.fillStyle =
+    style.getPropertyValue('--jp-ui-font-color1').trim() || '#000';
+  ctx.setLineDash([2, 3]);
+  ctx.font = `${10 * uPlot.pxRatio}px sans-serif`;
+  let labelledUpTo = -Infinity; // labels that would overlap are left out, not the lines
+  for (const b of boundaries) {
+    const x = Math.round(u.valToPos(b.t, 'x', true));
+    ctx.beginPath();
+    ctx.moveTo(x, u.bbox.top);
+    ctx.lineTo(x, u.bbox.top + u.bbox.height);
+    ctx.stroke();
+    if (x > labelledUpTo) {
+      ctx.fillText(b.label, x + 2, u.bbox.top + 10 * uPlot.pxRatio);
+      labelledUpTo = x + ctx.measureText(b.label).width + 4;
     }
-    ctx.restore();
-  };
-  return {
-    width,
-    height: HEIGHT,
-    scales: {
-      x: { time: true },
-      y: { range: (_u, _min, max) => [0, max || 1] }
-    },
-    axes: [
-      axis,
-      {
-        ...axis,
-        size: 70,
-        // ticks at round binary sizes (1, 2, 4 ... GiB), as the figures are printed
-        incrs: BYTE_STEPS,
-        values: (_u, splits) => splits.map(v => formatBytes(v, units))
-      }
-    ],
-    series: [
-      {},
-      ...data.gpus.map((gpu, i) => ({
-        label: `cuda:${gpu} allocated`,
-        stroke: PALETTE[i % PALETTE.length],
-        width: 1.5,
-        spanGaps: false,
-        value: (_u: uPlot, v: number | null) => formatBytes(v, units)
-      }))
-    ],
-    hooks: { draw: [drawBoundaries] }
-  };
+  }
+  ctx.restore();
 }
 
 function TimelineChart(props: {
   data: ITimelineData;
   units: MemoryUnits;
 }): JSX.Element {
-  const box = React.useRef<HTMLDivElement>(null);
-  const plot = React.useRef<uPlot | null>(null);
   const { data, units } = props;
-  const boundaries = React.useRef(data.boundaries);
-  boundaries.current = data.boundaries;
-  const shape = `${data.gpus.join(',')}|${units}`;
-
-  React.useEffect(() => {
-    const node = box.current;
-    if (!node) {
-      return;
-    }
-    const width = () => Math.max(160, node.clientWidth);
-    const chart = new uPlot(
-      chartOptions(data, () => boundaries.current, width(), units),
-      data.columns,
-      node
-    );
-    plot.current = chart;
-    const resize = new ResizeObserver(() =>
-      chart.setSize({ width: width(), height: HEIGHT })
-    );
-    resize.observe(node);
-    return () => {
-      resize.disconnect();
-      chart.destroy();
-      plot.current = null;
-    };
-    // rebuilt only when the GPUs or units change; new data goes through setData
-  }, [shape]);
-
-  React.useEffect(() => {
-    plot.current?.setData(data.columns);
-  }, [data]);
-
+  const times = data.columns[0];
+  const range: [number, number] = [
+    times[0] ?? 0,
+    Math.max(times[times.length - 1] ?? 1, (times[0] ?? 0) + 1)
+  ];
   return (
-    <div
-      ref={box}
+    <TimeChart
       className="jp-gpu-timeline-chart"
-      role="img"
-      aria-label="This kernel's allocated GPU memory over time, each cell's start marked"
+      columns={data.columns}
+      series={data.gpus.map((gpu, i) => ({
+        label: `cuda:${gpu} allocated`,
+        colour: PALETTE[i % PALETTE.length]
+      }))}
+      format={v => formatBytes(v, units)}
+      incrs={BYTE_STEPS}
+      range={range}
+      yMax={null}
+      height={HEIGHT}
+      label="This kernel's allocated GPU memory over time, each cell's start marked"
+      draw={u => drawBoundaries(u, data.boundaries)}
     />
   );
 }

@@ -1,58 +1,214 @@
 /**
- * A small SVG line chart of one reading over time. No chart library: the
- * geometry comes from `linePath` in shape.ts; colours come from CSS.
+ * The one time-series chart of jupyter_gpu (uPlot, canvas): the panel's
+ * cards, the dashboard and the per-cell timeline all draw with it. A time
+ * axis, a value axis whose ticks carry units, a crosshair whose legend shows
+ * each value and the time, the theme's colours (redrawn when the theme
+ * changes), Okabe and Ito's colour-blind-safe palette, and a fixed size so
+ * nothing jumps as data arrives. Data shaping lives in series.ts.
  */
 import * as React from 'react';
+import uPlot from 'uplot';
 
-import { IChartFrame, IPoint, linePath } from './shape';
+import type { Columns } from './series';
 
-const WIDTH = 240;
-const HEIGHT = 40;
-/** Room above and below so that a line at 0 or at the top stays visible. */
-const PAD = 2;
+/** Okabe and Ito's palette: told apart with every common colour blindness. */
+export const PALETTE = [
+  '#0072B2',
+  '#E69F00',
+  '#009E73',
+  '#CC79A7',
+  '#56B4E9',
+  '#D55E00',
+  '#F0E442'
+];
+/** Neutral grey for "other" layers (other processes, driver). */
+export const GREY = '#999999';
 
-export interface ISparklineProps {
-  points: IPoint[];
+/** Round binary sizes (1, 2, 4 ... GiB) as axis steps, as the figures are printed. */
+export const BYTE_STEPS = Array.from({ length: 44 }, (_, i) => 2 ** (6 + i));
+
+export interface IChartSeries {
+  label: string;
+  colour: string;
+  /** Fill down to the series below (stacked) or to zero (the first). */
+  fill?: boolean;
+  dash?: number[];
+}
+
+export interface ITimeChartProps {
+  columns: Columns;
+  series: IChartSeries[];
+  /** A value as the axis and the legend print it, with its unit. */
+  format: (v: number) => string;
   /** Time range drawn (unix seconds). */
-  t0: number;
-  t1: number;
-  /** Value at the top edge; the bottom edge is 0. */
-  yMax: number;
-  /** Gaps longer than this many seconds are drawn as gaps. */
-  maxGap: number;
+  range: [number, number];
+  /** The value axis' top: a fixed maximum (100 %, a GPU's memory), or null for the data's. */
+  yMax: number | null;
+  height: number;
   /** Accessible description, e.g. "GPU 0 utilisation over 10 min". */
   label: string;
-  /** Extra class for the line colour. */
+  /** Stacked layers: the legend shows each layer's own value, not its running sum. */
+  own?: (number | null)[][];
+  /** Axis steps, e.g. BYTE_STEPS. */
+  incrs?: number[];
+  /** Extra drawing over the plot (the timeline's cell markers). */
+  draw?: (u: uPlot) => void;
   className?: string;
 }
 
-export function Sparkline(props: ISparklineProps): JSX.Element {
-  const frame: IChartFrame = {
-    t0: props.t0,
-    t1: props.t1,
-    yMin: 0,
-    yMax: props.yMax > 0 ? props.yMax : 1,
-    width: WIDTH,
-    height: HEIGHT
-  };
-  const d = linePath(props.points, frame, props.maxGap);
+/** The theme's value of a CSS variable, for the canvas (which cannot read CSS). */
+function themeColour(name: string, fallback: string): string {
   return (
-    <svg
-      className={`jp-gpu-sparkline ${props.className ?? ''}`}
-      viewBox={`0 ${-PAD} ${WIDTH} ${HEIGHT + 2 * PAD}`}
-      preserveAspectRatio="none"
+    getComputedStyle(document.body).getPropertyValue(name).trim() || fallback
+  );
+}
+
+/** The name of the current theme; changes re-create the charts with its colours. */
+function useTheme(): string {
+  const read = () =>
+    `${document.body.dataset.jpThemeName ?? ''}|${document.body.dataset.jpThemeLight ?? ''}`;
+  const [theme, setTheme] = React.useState(read);
+  React.useEffect(() => {
+    const observer = new MutationObserver(() => setTheme(read()));
+    observer.observe(document.body, {
+      attributes: true,
+      attributeFilter: ['data-jp-theme-name', 'data-jp-theme-light']
+    });
+    return () => observer.disconnect();
+  }, []);
+  return theme;
+}
+
+function withAlpha(hex: string, alpha: number): string {
+  const a = Math.round(alpha * 255)
+    .toString(16)
+    .padStart(2, '0');
+  return `${hex}${a}`;
+}
+
+const TIME = (t: number) =>
+  new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+
+function options(
+  props: ITimeChartProps,
+  live: React.MutableRefObject<ITimeChartProps>,
+  width: number
+): uPlot.Options {
+  const text = themeColour('--jp-ui-font-color1', '#000');
+  const grid = themeColour('--jp-border-color2', '#ddd');
+  // uPlot scales the font by the pixel ratio: it needs a size in px
+  const font = `11px ${getComputedStyle(document.body).fontFamily || 'sans-serif'}`;
+  const axis = {
+    stroke: text,
+    font,
+    grid: { stroke: grid, width: 1 },
+    ticks: { stroke: grid, width: 1, size: 4 }
+  };
+  const value = (_u: uPlot, v: number | null, si: number, i: number | null) => {
+    const own = live.current.own;
+    const shown = own && i !== null ? own[si - 1]?.[i] : v;
+    return shown === null || shown === undefined
+      ? '—'
+      : live.current.format(shown);
+  };
+  return {
+    width,
+    height: props.height,
+    cursor: { y: false, points: { size: 6 } },
+    scales: {
+      x: { time: true, range: () => live.current.range },
+      y: {
+        range: (_u, _min, max) => [
+          0,
+          live.current.yMax ?? (max > 0 ? max * 1.1 : 1)
+        ]
+      }
+    },
+    axes: [
+      {
+        ...axis,
+        size: 28,
+        space: 60,
+        // clock time only (uPlot adds a second line with the date, taller than the axis)
+        values: (_u, splits) => {
+          const [t0, t1] = live.current.range;
+          return splits.map(t =>
+            t1 - t0 > 1200 ? TIME(t).slice(0, 5) : TIME(t)
+          );
+        }
+      },
+      {
+        ...axis,
+        size: 64, // fixed: a wider tick label never shifts the plot
+        space: 24,
+        incrs: props.incrs,
+        values: (_u, splits) => splits.map(v => live.current.format(v))
+      }
+    ],
+    series: [
+      { value: (_u: uPlot, t: number | null) => (t === null ? '—' : TIME(t)) },
+      ...props.series.map(s => ({
+        label: s.label,
+        stroke: s.colour,
+        width: 1.5,
+        dash: s.dash,
+        fill: s.fill ? withAlpha(s.colour, 0.55) : undefined,
+        spanGaps: false,
+        points: { show: false },
+        value
+      }))
+    ],
+    // a stacked layer fills down to the one below it
+    bands: props.series
+      .map((s, i) => (s.fill && i > 0 ? { series: [i + 1, i] } : null))
+      .filter((b): b is uPlot.Band => b !== null) as uPlot.Band[],
+    hooks: props.draw ? { draw: [u => live.current.draw?.(u)] } : {}
+  };
+}
+
+export function TimeChart(props: ITimeChartProps): JSX.Element {
+  const box = React.useRef<HTMLDivElement>(null);
+  const plot = React.useRef<uPlot | null>(null);
+  const live = React.useRef(props);
+  live.current = props;
+  const theme = useTheme();
+  const shape = `${props.series.map(s => `${s.label}:${s.colour}`).join('|')}|${props.height}|${theme}`;
+
+  React.useEffect(() => {
+    const node = box.current;
+    if (!node) {
+      return;
+    }
+    const width = () => Math.max(160, node.clientWidth);
+    const chart = new uPlot(
+      options(live.current, live, width()),
+      live.current.columns,
+      node
+    );
+    plot.current = chart;
+    const resize = new ResizeObserver(() =>
+      chart.setSize({ width: width(), height: live.current.height })
+    );
+    resize.observe(node);
+    return () => {
+      resize.disconnect();
+      chart.destroy();
+      plot.current = null;
+    };
+    // rebuilt only when the series, size or theme change; new data goes through setData
+  }, [shape]);
+
+  React.useEffect(() => {
+    plot.current?.setData(props.columns);
+  }, [props.columns, props.range[0], props.range[1], props.yMax]);
+
+  return (
+    <div
+      ref={box}
+      className={`jp-gpu-timechart ${props.className ?? ''}`}
       role="img"
       aria-label={props.label}
-    >
-      <title>{props.label}</title>
-      <line
-        className="jp-gpu-sparkline-grid"
-        x1={0}
-        x2={WIDTH}
-        y1={HEIGHT / 2}
-        y2={HEIGHT / 2}
-      />
-      {d && <path className="jp-gpu-sparkline-line" d={d} />}
-    </svg>
+      data-samples={props.columns[0].length}
+    />
   );
 }

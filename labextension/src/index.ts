@@ -6,11 +6,17 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  MainAreaWidget,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
+import { GpuDashboard } from './dashboard';
 import { gpuIcon } from './icon';
 import { DEFAULT_SETTINGS, GpuModel, IGpuSettings } from './model';
 import { revealCell } from './notebooks';
@@ -21,6 +27,7 @@ const PLUGIN_ID = 'jupyter-gpu:plugin';
 
 namespace CommandIDs {
   export const open = 'jupyter-gpu:open';
+  export const dashboard = 'jupyter-gpu:dashboard';
   export const refresh = 'jupyter-gpu:refresh';
 }
 
@@ -39,7 +46,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IStatusBar,
     ILayoutRestorer,
     ICommandPalette,
-    INotebookTracker
+    INotebookTracker,
+    ILauncher
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -47,7 +55,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    notebooks: INotebookTracker | null
+    notebooks: INotebookTracker | null,
+    launcher: ILauncher | null
   ) => {
     const model = new GpuModel(app.serviceManager.serverSettings);
     const openPath = (path: string) =>
@@ -71,12 +80,48 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: gpuIcon,
       execute: () => app.shell.activateById(panel.id)
     });
+    // The dashboard: a main-area widget over the same model (the one poll).
+    const dashboards = new WidgetTracker<MainAreaWidget<GpuDashboard>>({
+      namespace: 'jupyter-gpu-dashboard'
+    });
+    app.commands.addCommand(CommandIDs.dashboard, {
+      label: 'GPU Dashboard',
+      caption:
+        'Charts of every GPU: utilisation, memory by notebook, power, temperature, clocks, PCIe',
+      icon: gpuIcon,
+      execute: () => {
+        const open = dashboards.currentWidget;
+        if (open) {
+          app.shell.activateById(open.id);
+          return open;
+        }
+        const widget = new MainAreaWidget({ content: new GpuDashboard(model) });
+        widget.id = 'jupyter-gpu-dashboard';
+        widget.title.label = 'GPU Dashboard';
+        widget.title.icon = gpuIcon;
+        widget.title.closable = true;
+        void dashboards.add(widget);
+        app.shell.add(widget, 'main');
+        return widget;
+      }
+    });
+    if (restorer) {
+      void restorer.restore(dashboards, {
+        command: CommandIDs.dashboard,
+        name: () => 'gpu-dashboard'
+      });
+    }
+    if (launcher) {
+      launcher.add({ command: CommandIDs.dashboard, category: 'Other' });
+    }
+
     app.commands.addCommand(CommandIDs.refresh, {
       label: 'Refresh GPU Figures',
       execute: () => model.refresh()
     });
     if (palette) {
       palette.addItem({ command: CommandIDs.open, category: 'GPU' });
+      palette.addItem({ command: CommandIDs.dashboard, category: 'GPU' });
       palette.addItem({ command: CommandIDs.refresh, category: 'GPU' });
     }
 

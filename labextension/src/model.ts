@@ -47,6 +47,9 @@ export const DEFAULT_SETTINGS: IGpuSettings = {
   showStatusBar: true
 };
 
+/** The widest window the dashboard offers (60 min): the browser keeps that much history. */
+export const MAX_WINDOW_SECONDS = 3600;
+
 /** The longest wait between attempts while the server cannot be reached. */
 const MAX_BACKOFF_MS = 30 * 1000;
 
@@ -60,7 +63,9 @@ export class GpuModel extends VDomModel {
       frequency: this._frequency(this._settings.refreshInterval),
       name: 'jupyter-gpu:telemetry',
       standby: () =>
-        this._panelVisible || this._statusBarVisible ? 'when-hidden' : true
+        this._panelVisible || this._statusBarVisible || this._dashboardVisible
+          ? 'when-hidden'
+          : true
     });
     this._kernelsPoll = new Poll({
       auto: false,
@@ -89,11 +94,7 @@ export class GpuModel extends VDomModel {
     this._kernelsPoll.frequency = this._frequency(
       this._settings.kernelsInterval
     );
-    this._history = mergeHistory(
-      this._history,
-      [],
-      this._settings.historySeconds
-    );
+    this._history = mergeHistory(this._history, [], this._keepSeconds());
     this.stateChanged.emit();
   }
 
@@ -106,6 +107,17 @@ export class GpuModel extends VDomModel {
     if (visible) {
       void this._telemetryPoll.refresh();
       void this._kernelsPoll.refresh();
+    }
+  }
+
+  /** Tell the model whether the dashboard is on screen (it shares the telemetry poll). */
+  setDashboardVisible(visible: boolean): void {
+    if (this._dashboardVisible === visible) {
+      return;
+    }
+    this._dashboardVisible = visible;
+    if (visible) {
+      void this._telemetryPoll.refresh();
     }
   }
 
@@ -194,6 +206,11 @@ export class GpuModel extends VDomModel {
     super.dispose();
   }
 
+  /** History kept: what the panel draws, and at least the dashboard's widest window. */
+  private _keepSeconds(): number {
+    return Math.max(this._settings.historySeconds, MAX_WINDOW_SECONDS);
+  }
+
   private _frequency(seconds: number) {
     const interval = Math.max(250, Math.round(seconds * 1000));
     return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
@@ -209,7 +226,7 @@ export class GpuModel extends VDomModel {
       this._history = mergeHistory(
         this._history,
         reply.history,
-        this._settings.historySeconds
+        this._keepSeconds()
       );
       const last = this._history[this._history.length - 1];
       this._lastT = last ? last.t : this._lastT;
@@ -268,6 +285,7 @@ export class GpuModel extends VDomModel {
   private _kernelsPoll: Poll;
   private _panelVisible = false;
   private _statusBarVisible = false;
+  private _dashboardVisible = false;
   private _telemetry: TelemetryReply | null = null;
   private _devices: DevicesReply | null = null;
   private _kernels: KernelsReply | null = null;

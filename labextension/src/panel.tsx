@@ -7,7 +7,6 @@ import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { CellTimeline } from './cellTimeline';
-import { Sparkline } from './chart';
 import {
   formatAge,
   formatBytes,
@@ -21,14 +20,15 @@ import {
   MemoryUnits,
   proseParts
 } from './format';
+import { MemoryChart, UtilisationChart } from './gpuCharts';
 import { GpuModel } from './model';
+import { viewRange, windowCut } from './series';
 import {
   deviceFor,
   gpuIndexForUuid,
   holders,
   kernelLabel,
-  kernelMemory,
-  series
+  kernelMemory
 } from './shape';
 import type {
   AllocatorFigures,
@@ -36,6 +36,7 @@ import type {
   Device,
   GpuSample,
   Kernel,
+  ProcessOwner,
   Sample,
   UnattributedProcess
 } from './types';
@@ -157,8 +158,8 @@ function Cards(props: { model: GpuModel }): JSX.Element {
       <div className="jp-gpu-empty">No GPU selected (see the settings).</div>
     );
   }
-  const t1 = t.now;
-  const t0 = t1 - m.settings.historySeconds;
+  const range = viewRange(m.history, t.now, m.settings.historySeconds);
+  const history = windowCut(m.history, range[0]);
   const maxGap = Math.max(3 * (t.interval || 1), 5);
   return (
     <div className="jp-gpu-cards">
@@ -167,9 +168,9 @@ function Cards(props: { model: GpuModel }): JSX.Element {
           key={g.index}
           gpu={g}
           device={deviceFor(m.devices?.devices ?? [], g)}
-          history={m.history}
-          t0={t0}
-          t1={t1}
+          history={history}
+          owners={t.owners}
+          range={range}
           maxGap={maxGap}
           units={m.settings.memoryUnits}
         />
@@ -178,12 +179,15 @@ function Cards(props: { model: GpuModel }): JSX.Element {
   );
 }
 
+/** Pixels: room for the axes and a readable line in a sidebar-wide card. */
+const CARD_CHART_HEIGHT = 110;
+
 interface ICardProps {
   gpu: GpuSample;
   device: Device | undefined;
   history: Sample[];
-  t0: number;
-  t1: number;
+  owners: ProcessOwner[];
+  range: [number, number];
   maxGap: number;
   units: MemoryUnits;
 }
@@ -191,9 +195,15 @@ interface ICardProps {
 function Card(props: ICardProps): JSX.Element {
   const { gpu: g, device, units } = props;
   const name = device?.name ?? 'GPU';
-  const window = `over ${formatAge(props.t1 - props.t0)}`;
-  const util = series(props.history, g, 'utilization_gpu_percent');
-  const mem = series(props.history, g, 'memory_used_bytes');
+  const charts = {
+    history: props.history,
+    gpu: g,
+    range: props.range,
+    maxGap: props.maxGap,
+    units,
+    height: CARD_CHART_HEIGHT,
+    span: `over ${formatAge(props.range[1] - props.range[0])}`
+  };
   const total = g.memory_total_bytes ?? device?.memory_total_bytes ?? 0;
   return (
     <section
@@ -220,15 +230,7 @@ function Card(props: ICardProps): JSX.Element {
             {formatPercent(g.utilization_gpu_percent)}
           </Value>
         </div>
-        <Sparkline
-          points={util}
-          t0={props.t0}
-          t1={props.t1}
-          yMax={100}
-          maxGap={props.maxGap}
-          label={`GPU ${g.index} utilisation ${window}`}
-          className="jp-gpu-util"
-        />
+        <UtilisationChart {...charts} />
       </div>
       <div className="jp-gpu-chart">
         <div className="jp-gpu-chart-label">
@@ -237,15 +239,7 @@ function Card(props: ICardProps): JSX.Element {
             {formatBytesOf(g.memory_used_bytes, total || null, units)}
           </Value>
         </div>
-        <Sparkline
-          points={mem}
-          t0={props.t0}
-          t1={props.t1}
-          yMax={total}
-          maxGap={props.maxGap}
-          label={`GPU ${g.index} memory used ${window}`}
-          className="jp-gpu-mem"
-        />
+        <MemoryChart {...charts} owners={props.owners} total={total || null} />
       </div>
       <dl className="jp-gpu-readings">
         <Reading gpu={g} field="temperature_celsius" label="Temperature">

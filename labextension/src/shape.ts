@@ -92,13 +92,6 @@ export function busiestGpu(gpus: GpuSample[]): GpuSample | null {
   return best;
 }
 
-export interface IPoint {
-  /** Unix time in seconds. */
-  t: number;
-  /** The reading, or null for a gap (not sampled, lost, or not supported). */
-  v: number | null;
-}
-
 /** Numeric fields of a GPU sample that can be charted. */
 export type SeriesField =
   | 'utilization_gpu_percent'
@@ -118,89 +111,10 @@ export interface IGpuRef {
 }
 
 /** The same GPU: by UUID, or by index where a UUID is missing. */
-function sameGpu(a: IGpuRef, b: IGpuRef): boolean {
+export function sameGpu(a: IGpuRef, b: IGpuRef): boolean {
   return a.uuid !== null && b.uuid !== null
     ? a.uuid === b.uuid
     : a.index === b.index;
-}
-
-/** One GPU's readings of one field over the history. */
-export function series(
-  history: Sample[],
-  gpu: IGpuRef,
-  field: SeriesField
-): IPoint[] {
-  const points: IPoint[] = [];
-  for (const sample of history) {
-    const g = sample.gpus.find(x => sameGpu(x, gpu));
-    const v = g && g.state === 'ok' ? g[field] : null;
-    points.push({ t: sample.t, v: typeof v === 'number' ? v : null });
-  }
-  return points;
-}
-
-/** The largest non-null value of a series, or null when it has none. */
-export function seriesMax(points: IPoint[]): number | null {
-  let max: number | null = null;
-  for (const p of points) {
-    if (p.v !== null && (max === null || p.v > max)) {
-      max = p.v;
-    }
-  }
-  return max;
-}
-
-export interface IChartFrame {
-  /** Time at the left and right edges (unix seconds). */
-  t0: number;
-  t1: number;
-  /** Value at the bottom and top edges. */
-  yMin: number;
-  yMax: number;
-  width: number;
-  height: number;
-}
-
-function round(x: number): number {
-  return Math.round(x * 100) / 100;
-}
-
-/**
- * An SVG path (`M x y L x y ...`) through the points inside the frame. A null
- * reading, or a gap in time longer than `maxGap` seconds, starts a new
- * sub-path so that missing data is drawn as missing, not interpolated.
- * Values are clamped to the frame.
- */
-export function linePath(
-  points: IPoint[],
-  frame: IChartFrame,
-  maxGap = Infinity
-): string {
-  const { t0, t1, yMin, yMax, width, height } = frame;
-  const dt = t1 - t0 || 1;
-  const dy = yMax - yMin || 1;
-  const parts: string[] = [];
-  let penDown = false;
-  let lastT = -Infinity;
-  for (const p of points) {
-    if (p.t < t0 || p.t > t1) {
-      continue;
-    }
-    if (p.v === null || p.t - lastT > maxGap) {
-      penDown = false;
-    }
-    if (p.v === null) {
-      lastT = p.t;
-      continue;
-    }
-    const v = Math.min(yMax, Math.max(yMin, p.v));
-    const x = round(((p.t - t0) / dt) * width);
-    const y = round(height - ((v - yMin) / dy) * height);
-    parts.push(`${penDown ? 'L' : 'M'}${x} ${y}`);
-    penDown = true;
-    lastT = p.t;
-  }
-  return parts.join(' ');
 }
 
 /** The notebook (or file) name of a kernel, for display. */

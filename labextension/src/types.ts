@@ -158,13 +158,34 @@ export interface TelemetryReply {
    */
   now: number;
   /**
+   * The kernel (and notebook) of each GPU process this server attributed, as last seen: the most recent 256 PIDs. A process not listed belongs to no kernel of this server, or was never seen by a kernel refresh.
+   *
+   * @maxItems 256
+   */
+  owners: ProcessOwner[];
+  /**
    * The newest sample, with process lists; null until the first sample and unless `state` is 'ok'.
    */
   latest: Sample | null;
   /**
-   * Samples oldest first, without process lists; empty unless `state` is 'ok'.
+   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'.
    */
   history: Sample[];
+}
+/**
+ * A GPU process that belongs to a kernel of this server (it or an ancestor is the kernel's process).
+ */
+export interface ProcessOwner {
+  pid: number;
+  kernel_id: string;
+  /**
+   * The kernel's spec name, e.g. python3.
+   */
+  name: string;
+  /**
+   * The notebook the kernel runs for; null for a kernel without a session.
+   */
+  path: string | null;
 }
 /**
  * One reading of every GPU.
@@ -285,7 +306,7 @@ export interface GpuSample {
    */
   remapped_rows_failed?: boolean | null;
   /**
-   * Compute processes on this GPU; only in `latest`. Null when NVML could not list them.
+   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them.
    */
   processes?: GpuProcess[] | null;
   unsupported: Unsupported;

@@ -90,8 +90,8 @@ def test_cards_show_each_gpu_with_its_readings(page, lab):
 
     # the charts draw the server's history
     page.wait_for_function(
-        """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-sparkline-line')]
-                 .filter(p => (p.getAttribute('d') || '').includes('L')).length === 4"""
+        """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-timechart')]
+                 .filter(c => c.querySelector('canvas') && Number(c.dataset.samples) >= 2).length === 4"""
     )
     screenshot(page, "panel-simulated-light")
 

@@ -69,7 +69,7 @@ def test_panel_draws_a_training_notebook_on_real_h200s(page, lab_factory):
     allocator = row.locator('[data-field="allocator"]').inner_text()
     assert "allocated" in allocator and "cached" in allocator and "fragmented" in allocator
     page.wait_for_function(
-        """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-sparkline-line')]
-                 .some(p => (p.getAttribute('d') || '').includes('L'))"""
+        """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-timechart')]
+                 .some(c => c.querySelector('canvas') && Number(c.dataset.samples) >= 2)"""
     )
     screenshot(page, "panel-h200-training")

@@ -3,21 +3,16 @@ import { describe, it } from 'node:test';
 
 import {
   busiestGpu,
-  deviceFor,
   gpuIndexForUuid,
   holders,
   kernelLabel,
-  linePath,
   memoryFraction,
   mergeHistory,
-  selectGpus,
-  series,
-  seriesMax
+  selectGpus
 } from '../shape';
 import { statusText } from '../summary';
 import type {
   AllocatorFigures,
-  Device,
   GpuSample,
   Kernel,
   KernelsReply,
@@ -121,76 +116,6 @@ describe('busiestGpu', () => {
     assert.equal(memoryFraction(gpu(0, { memory_used_bytes: 70 * GiB })), 0.5);
     assert.equal(memoryFraction(gpu(0, { memory_total_bytes: null })), null);
     assert.equal(memoryFraction(gpu(0, { memory_total_bytes: 0 })), null);
-  });
-});
-
-describe('series and linePath', () => {
-  const history = [
-    sample(100, [gpu(0, { utilization_gpu_percent: 0 }), gpu(1)]),
-    sample(101, [gpu(0, { utilization_gpu_percent: 50 })]),
-    sample(102, [gpu(0, { utilization_gpu_percent: null })]),
-    sample(103, [gpu(0, { utilization_gpu_percent: 100 })]),
-    sample(104, [gpu(0, { state: 'lost', utilization_gpu_percent: 100 })])
-  ];
-
-  it('follows one GPU by UUID, with gaps for missing readings', () => {
-    const pts = series(history, gpu(0), 'utilization_gpu_percent');
-    assert.deepEqual(
-      pts.map(p => p.v),
-      [0, 50, null, 100, null]
-    );
-    assert.deepEqual(
-      series(history, gpu(1), 'utilization_gpu_percent').map(p => p.v),
-      [0, null, null, null, null]
-    );
-    assert.equal(seriesMax(pts), 100);
-    assert.equal(seriesMax([]), null);
-  });
-
-  it('follows a GPU whose UUID NVML could not read by its index', () => {
-    const blind = [
-      sample(100, [
-        gpu(0, { uuid: null, memory_used_bytes: 1 }),
-        gpu(1, { uuid: null })
-      ]),
-      sample(101, [
-        gpu(1, { uuid: null }),
-        gpu(0, { uuid: null, memory_used_bytes: 2 })
-      ])
-    ];
-    assert.deepEqual(
-      series(blind, { index: 0, uuid: null }, 'memory_used_bytes').map(
-        p => p.v
-      ),
-      [1, 2]
-    );
-    const devices = [1, 0].map(index => ({ index, uuid: null }) as Device);
-    assert.equal(deviceFor(devices, { index: 0, uuid: null }), devices[1]);
-  });
-
-  it('draws a path in the frame, lifting the pen over gaps', () => {
-    const pts = series(history, gpu(0), 'utilization_gpu_percent');
-    const frame = {
-      t0: 100,
-      t1: 104,
-      yMin: 0,
-      yMax: 100,
-      width: 40,
-      height: 10
-    };
-    assert.equal(linePath(pts, frame), 'M0 10 L10 5 M30 0');
-  });
-
-  it('lifts the pen over long gaps in time, clamps values, skips points outside', () => {
-    const pts = [
-      { t: 0, v: 10 },
-      { t: 1, v: 200 },
-      { t: 10, v: -5 },
-      { t: 99, v: 1 }
-    ];
-    const frame = { t0: 0, t1: 10, yMin: 0, yMax: 100, width: 10, height: 100 };
-    assert.equal(linePath(pts, frame, 3), 'M0 90 L1 0 M10 100');
-    assert.equal(linePath([], frame), '');
   });
 });
 

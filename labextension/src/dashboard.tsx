@@ -1,0 +1,188 @@
+/**
+ * The GPU Dashboard: a main-area widget (dragged, split and tabbed like any
+ * JupyterLab panel) with larger charts for every GPU side by side, and a
+ * window selector. It draws from GpuModel's one telemetry poll; while it is
+ * on screen that poll runs, and nothing more is requested.
+ */
+import { VDomRenderer } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import * as React from 'react';
+
+import { formatAge } from './format';
+import {
+  ClockChart,
+  MemoryChart,
+  PcieChart,
+  PowerChart,
+  TemperatureChart,
+  UtilisationChart
+} from './gpuCharts';
+import { GpuModel, MAX_WINDOW_SECONDS } from './model';
+import { viewRange, windowCut } from './series';
+import { deviceFor } from './shape';
+
+/** The windows offered, in seconds: 1, 5, 10 and 60 minutes. */
+export const WINDOWS = [60, 300, 600, MAX_WINDOW_SECONDS];
+const HEIGHT = 150;
+
+export class GpuDashboard extends VDomRenderer<GpuModel> {
+  constructor(model: GpuModel) {
+    super(model);
+    this.addClass('jp-gpu-dashboard');
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.model.setDashboardVisible(true);
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this.model.setDashboardVisible(false);
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this.model.setDashboardVisible(this.isVisible);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this.model.setDashboardVisible(false);
+    super.onBeforeDetach(msg);
+  }
+
+  render(): JSX.Element {
+    const m = this.model;
+    const t = m.telemetry;
+    const choose = (seconds: number) => {
+      this._window = seconds;
+      this.update();
+    };
+    return (
+      <div className="jp-gpu-dashboard-content">
+        <div className="jp-gpu-header">
+          <h2 className="jp-gpu-title">GPU Dashboard</h2>
+          {m.simulated && (
+            <span
+              className="jp-gpu-badge jp-gpu-simulated"
+              title="These readings are replayed from a recording by the simulated backend; they are not this machine's GPUs."
+            >
+              simulated
+            </span>
+          )}
+          <div
+            className="jp-gpu-window"
+            role="radiogroup"
+            aria-label="Time window"
+          >
+            {WINDOWS.map(w => (
+              <button
+                key={w}
+                role="radio"
+                aria-checked={w === this._window}
+                data-window={w}
+                className={`jp-gpu-window-choice${w === this._window ? ' jp-mod-active' : ''}`}
+                onClick={() => choose(w)}
+              >
+                {formatAge(w)}
+              </button>
+            ))}
+          </div>
+        </div>
+        {m.error && (
+          <div className="jp-gpu-error" role="alert">
+            {m.error}
+          </div>
+        )}
+        {!m.loaded && !m.error && (
+          <div className="jp-gpu-loading">Loading GPU figures…</div>
+        )}
+        {m.available === false && (
+          <div className="jp-gpu-nogpu" data-state="no-gpu">
+            {m.reason ?? 'The server reports no usable GPU.'}
+          </div>
+        )}
+        {m.available && t && this._gpus(t.now, t.interval, t.owners)}
+      </div>
+    );
+  }
+
+  private _gpus(
+    now: number,
+    interval: number,
+    owners: Parameters<typeof MemoryChart>[0]['owners']
+  ): JSX.Element {
+    const m = this.model;
+    const range = viewRange(m.history, now, this._window);
+    const history = windowCut(m.history, range[0]);
+    const span = `over ${formatAge(range[1] - range[0])}`;
+    return (
+      <div className="jp-gpu-dashboard-gpus">
+        {m.gpus.map(g => {
+          const device = deviceFor(m.devices?.devices ?? [], g);
+          const props = {
+            history,
+            gpu: g,
+            range,
+            maxGap: Math.max(3 * (interval || 1), 5),
+            units: m.settings.memoryUnits,
+            height: HEIGHT,
+            span
+          };
+          return (
+            <section
+              key={g.uuid ?? g.index}
+              className="jp-gpu-dashboard-gpu"
+              data-gpu-index={g.index}
+            >
+              <h3>
+                GPU {g.index} · {device?.name ?? 'GPU'}
+                {g.state !== 'ok' && (
+                  <span className="jp-gpu-error" data-field="state">
+                    {' '}
+                    {g.error || 'GPU lost'}
+                  </span>
+                )}
+              </h3>
+              <Panel title="Utilisation">
+                <UtilisationChart {...props} withMemoryBusy />
+              </Panel>
+              <Panel title="Memory by notebook">
+                <MemoryChart
+                  {...props}
+                  owners={owners}
+                  total={
+                    g.memory_total_bytes ?? device?.memory_total_bytes ?? null
+                  }
+                />
+              </Panel>
+              <Panel title="Power against limit">
+                <PowerChart {...props} />
+              </Panel>
+              <Panel title="Temperature">
+                <TemperatureChart {...props} />
+              </Panel>
+              <Panel title="SM clock">
+                <ClockChart {...props} />
+              </Panel>
+              <Panel title="PCIe">
+                <PcieChart {...props} />
+              </Panel>
+            </section>
+          );
+        })}
+      </div>
+    );
+  }
+
+  private _window = 600;
+}
+
+function Panel(props: { title: string; children: JSX.Element }): JSX.Element {
+  return (
+    <div className="jp-gpu-dashboard-chart">
+      <div className="jp-gpu-chart-label">{props.title}</div>
+      {props.children}
+    </div>
+  );
+}

@@ -1,0 +1,202 @@
+/**
+ * The charts of one GPU, as the panel's cards and the dashboard draw them:
+ * utilisation, memory stacked by holder, power against its limit,
+ * temperature, SM clock, PCIe. Each is the one TimeChart over columns shaped
+ * by series.ts, with the one formatter (format.ts) for axes and hover values.
+ */
+import * as React from 'react';
+
+import { BYTE_STEPS, GREY, PALETTE, TimeChart } from './chart';
+import {
+  formatBytes,
+  formatCelsius,
+  formatMHz,
+  formatPercent,
+  formatRate,
+  formatWatts,
+  MemoryUnits
+} from './format';
+import { fieldColumns, memoryStack } from './series';
+import { IGpuRef } from './shape';
+import type { ProcessOwner, Sample } from './types';
+
+export interface IGpuChartProps {
+  history: Sample[];
+  gpu: IGpuRef;
+  /** Time range drawn (unix seconds). */
+  range: [number, number];
+  /** Samples further apart than this are drawn with a gap between them. */
+  maxGap: number;
+  units: MemoryUnits;
+  height: number;
+  /** "over 10 min", for the accessible label. */
+  span: string;
+}
+
+export function UtilisationChart(
+  props: IGpuChartProps & { withMemoryBusy?: boolean }
+): JSX.Element {
+  const fields = props.withMemoryBusy
+    ? (['utilization_gpu_percent', 'utilization_memory_percent'] as const)
+    : (['utilization_gpu_percent'] as const);
+  const columns = React.useMemo(
+    () => fieldColumns(props.history, props.gpu, [...fields], props.maxGap),
+    [props.history, props.gpu.uuid, props.maxGap, fields.length]
+  );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-utilisation"
+      columns={columns}
+      series={[
+        { label: 'GPU busy', colour: PALETTE[0] },
+        ...(props.withMemoryBusy
+          ? [{ label: 'memory busy', colour: PALETTE[1] }]
+          : [])
+      ]}
+      format={v => formatPercent(v)}
+      range={props.range}
+      yMax={100}
+      height={props.height}
+      label={`GPU ${props.gpu.index} utilisation ${props.span}`}
+    />
+  );
+}
+
+export function MemoryChart(
+  props: IGpuChartProps & { owners: ProcessOwner[]; total: number | null }
+): JSX.Element {
+  const stack = React.useMemo(
+    () => memoryStack(props.history, props.gpu, props.owners, props.maxGap),
+    [props.history, props.gpu.uuid, props.owners, props.maxGap]
+  );
+  let notebook = 0;
+  const series = stack.layers.map(layer => ({
+    label: layer.label,
+    colour:
+      layer.kind === 'notebook'
+        ? PALETTE[notebook++ % PALETTE.length]
+        : layer.kind === 'processes'
+          ? GREY
+          : '#BBBBBB',
+    fill: true
+  }));
+  return (
+    <TimeChart
+      className="jp-gpu-chart-memory"
+      columns={stack.stacked}
+      own={stack.raw}
+      series={series}
+      format={v => formatBytes(v, props.units)}
+      incrs={props.units === 'binary' ? BYTE_STEPS : undefined}
+      range={props.range}
+      yMax={props.total}
+      height={props.height}
+      label={`GPU ${props.gpu.index} memory by holder ${props.span}`}
+    />
+  );
+}
+
+export function PowerChart(props: IGpuChartProps): JSX.Element {
+  const columns = React.useMemo(
+    () =>
+      fieldColumns(
+        props.history,
+        props.gpu,
+        ['power_watts', 'power_limit_watts'],
+        props.maxGap
+      ),
+    [props.history, props.gpu.uuid, props.maxGap]
+  );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-power"
+      columns={columns}
+      series={[
+        { label: 'power', colour: PALETTE[5] },
+        { label: 'limit', colour: GREY, dash: [4, 3] }
+      ]}
+      format={v => formatWatts(v)}
+      range={props.range}
+      yMax={null}
+      height={props.height}
+      label={`GPU ${props.gpu.index} power against its limit ${props.span}`}
+    />
+  );
+}
+
+export function TemperatureChart(props: IGpuChartProps): JSX.Element {
+  const columns = React.useMemo(
+    () =>
+      fieldColumns(
+        props.history,
+        props.gpu,
+        ['temperature_celsius', 'memory_temperature_celsius'],
+        props.maxGap
+      ),
+    [props.history, props.gpu.uuid, props.maxGap]
+  );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-temperature"
+      columns={columns}
+      series={[
+        { label: 'GPU', colour: PALETTE[5] },
+        { label: 'memory (HBM)', colour: PALETTE[3] }
+      ]}
+      format={v => formatCelsius(v)}
+      range={props.range}
+      yMax={null}
+      height={props.height}
+      label={`GPU ${props.gpu.index} temperature ${props.span}`}
+    />
+  );
+}
+
+export function ClockChart(props: IGpuChartProps): JSX.Element {
+  const columns = React.useMemo(
+    () =>
+      fieldColumns(props.history, props.gpu, ['clock_sm_mhz'], props.maxGap),
+    [props.history, props.gpu.uuid, props.maxGap]
+  );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-clock"
+      columns={columns}
+      series={[{ label: 'SM clock', colour: PALETTE[2] }]}
+      format={v => formatMHz(v)}
+      range={props.range}
+      yMax={null}
+      height={props.height}
+      label={`GPU ${props.gpu.index} SM clock ${props.span}`}
+    />
+  );
+}
+
+export function PcieChart(props: IGpuChartProps): JSX.Element {
+  const columns = React.useMemo(
+    () =>
+      fieldColumns(
+        props.history,
+        props.gpu,
+        ['pcie_rx_bytes_per_second', 'pcie_tx_bytes_per_second'],
+        props.maxGap
+      ),
+    [props.history, props.gpu.uuid, props.maxGap]
+  );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-pcie"
+      columns={columns}
+      series={[
+        { label: 'rx', colour: PALETTE[4] },
+        { label: 'tx', colour: PALETTE[1] }
+      ]}
+      format={v => formatRate(v, props.units)}
+      incrs={props.units === 'binary' ? BYTE_STEPS : undefined}
+      range={props.range}
+      yMax={null}
+      height={props.height}
+      label={`GPU ${props.gpu.index} PCIe throughput ${props.span}`}
+    />
+  );
+}
