@@ -8,6 +8,7 @@ Imported by name (like browser_support): a conftest.py here would shadow tests/c
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -160,15 +161,26 @@ class RealHub:
         reply.raise_for_status()
         return reply.json()
 
-    def start_server(self, name: str) -> None:
-        """Create the user if need be and start their default server; wait until it is ready."""
-        if self.admin("GET", f"hub/api/users/{name}").status_code == 404:
-            assert self.admin("POST", f"hub/api/users/{name}").status_code == 201
-        reply = self.admin("POST", f"hub/api/users/{name}/server")
-        assert reply.status_code in (201, 202), reply.text
-        self.wait_for(
-            f"{name}'s server", lambda: self.user_model(name)["servers"].get("", {}).get("ready"), 60
-        )
+    def start_servers(self, *names: str) -> None:
+        """Create the users if need be and start their default servers, all at once: the Hub
+        spawns concurrently, but each POST waits for its spawn (up to the Hub's slow_spawn_timeout),
+        so they go out from threads. Returns once every server is ready."""
+
+        def start(name: str) -> None:
+            if self.admin("GET", f"hub/api/users/{name}").status_code == 404:
+                assert self.admin("POST", f"hub/api/users/{name}").status_code == 201
+            reply = self.admin("POST", f"hub/api/users/{name}/server")
+            assert reply.status_code in (201, 202), reply.text
+
+        with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+            for done in [pool.submit(start, name) for name in names]:
+                done.result()  # an assertion in a thread fails the test here
+        for name in names:
+            self.wait_for(
+                f"{name}'s server",
+                lambda name=name: self.user_model(name)["servers"].get("", {}).get("ready"),
+                60,
+            )
 
     def server_pid(self, name: str) -> int:
         return self.user_model(name)["servers"][""]["state"]["pid"]

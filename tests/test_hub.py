@@ -19,8 +19,7 @@ SERVICE = "services/jupyter-gpu/"
 def hub(tmp_path_factory):
     hub = RealHub(tmp_path_factory.mktemp("hub"))
     try:
-        for user in ("alice", "bob", "carol"):
-            hub.start_server(user)
+        hub.start_servers("alice", "bob", "carol")
         hub.kernels = {
             ("alice", "train.ipynb"): hub.start_kernel("alice", "train.ipynb"),
             ("alice", "eval.ipynb"): hub.start_kernel("alice", "eval.ipynb"),

@@ -27,6 +27,7 @@ def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_da
     older = built["kernels"][1]
     assert older["idle_holding"] is None and older["text"]["idle"] == view.DASH
     assert built["kernels"][0]["text"]["memory"] == "2.00 GiB"
+    assert built["kernels"][0]["text"]["idle"] == "20 min"  # 1200 s, said as the panel says it
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.units import format_bytes, format_bytes_of
+from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from ..server.schema import VERSION
 
 DASH = "\u2014"  # what the page shows for a figure the server did not send
@@ -149,9 +149,8 @@ def kernel_row(server: UserServer, kernel: dict[str, Any]) -> dict[str, Any]:
             "memory": format_bytes(memory),
             "allocated": DASH if allocated is None else format_bytes(allocated),
             "reserved": DASH if reserved is None else format_bytes(reserved),
-            # whole minutes: idle holders are flagged after many of them (TODO: units.format_duration
-            # of #14 once committed, so that panel and page say it alike)
-            "idle": DASH if idle is None else f"{idle / 60:.0f} min",
+            # as the panel says it (format_duration is formatAge's twin)
+            "idle": DASH if idle is None else format_duration(idle),
         },
     }
 

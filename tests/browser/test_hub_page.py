@@ -1,0 +1,85 @@
+"""The instructor's page in chromium against a real JupyterHub (tests/hub_support.py): signing in
+through the Hub's own login page, the students' kernels on the page, a kernel shut down with its
+button (gone from the student's server), and a student's 403."""
+
+from __future__ import annotations
+
+import pytest
+from browser_support import (  # noqa: F401  (fixtures are used by name)
+    chromium,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    page,
+    screenshot,
+    screenshots_folder,
+)
+from hub_support import INSTRUCTOR, PASSWORD, RealHub
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOKS = {"alice": "train.ipynb", "bob": "lab1/cnn.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    hub = RealHub(tmp_path_factory.mktemp("hub"))
+    try:
+        hub.start_servers(*NOTEBOOKS)
+        hub.kernels = {user: hub.start_kernel(user, notebook) for user, notebook in NOTEBOOKS.items()}
+        yield hub
+    finally:
+        hub.stop()
+
+
+def sign_in_and_open_the_page(page, hub: RealHub, name: str):
+    """Open the service's page; the Hub sends the browser to its login form; sign in there. The
+    reply the browser ends on (after the Hub's OAuth redirects) is returned."""
+    page.goto(f"{hub.url}/services/jupyter-gpu/")
+    page.wait_for_url(f"{hub.url}/hub/login**")
+    page.fill("#username_input", name)
+    page.fill("#password_input", PASSWORD)
+    with page.expect_navigation() as landed:
+        page.click("#login_submit")
+    return landed.value
+
+
+def test_the_instructor_sees_the_students_and_shuts_down_a_kernel(page, hub):
+    landed = sign_in_and_open_the_page(page, hub, INSTRUCTOR)
+    assert (landed.url, landed.status) == (f"{hub.url}/services/jupyter-gpu/", 200)
+    rows = page.locator("#kernels tbody tr[data-kernel]")
+    rows.nth(len(NOTEBOOKS) - 1).wait_for()
+    seen = {tuple(row.locator("td").all_inner_texts()[:2]) for row in rows.all()}
+    assert seen == set(NOTEBOOKS.items())
+    servers = page.locator("#servers tbody tr[data-user]")
+    states = servers.evaluate_all("rows => rows.map(r => [r.dataset.user, r.cells[2].textContent])")
+    assert dict(states) == {user: "answering" for user in NOTEBOOKS}
+    assert page.locator("#gpus tbody tr").count() == 2  # the simulated node's two GPUs
+    screenshot(page, "hub-instructor-page")
+
+    kernel = hub.kernels["alice"]
+    questions: list[str] = []
+
+    def answer(dialog) -> None:
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    with page.expect_response("**/services/jupyter-gpu/api/shutdown-kernel") as shutdown:
+        page.locator(f'#kernels tr[data-kernel="{kernel}"] button', has_text="Shut down kernel").click()
+    assert shutdown.value.status == 200
+    assert questions == ["Shut down alice's kernel of train.ipynb? Its variables are lost."]
+    page.locator(f'#kernels tr[data-kernel="{kernel}"]').wait_for(state="detached")
+    assert kernel not in hub.kernel_ids("alice")
+    # bob's kernel is untouched, on his server and on the page
+    assert hub.kernels["bob"] in hub.kernel_ids("bob")
+    assert page.locator(f'#kernels tr[data-kernel="{hub.kernels["bob"]}"]').is_visible()
+
+
+def test_a_student_signing_in_gets_403(page, hub):
+    reply = sign_in_and_open_the_page(page, hub, "alice")
+    # the Hub refuses her at its OAuth step (she lacks access:services!service=jupyter-gpu)
+    assert reply.status == 403
+    assert "403" in page.locator("h1").inner_text()
+    assert "permission to access JupyterHub service jupyter-gpu" in page.locator("body").inner_text()
+    assert page.locator("#kernels").count() == 0
+    assert NOTEBOOKS["alice"] not in page.content() and NOTEBOOKS["bob"] not in page.content()
