@@ -29,6 +29,12 @@ UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
 GIB = 1024**3
 
 
+@pytest.fixture(autouse=True)
+def not_under_jupyterhub(monkeypatch):
+    """These servers are no JupyterHub user's (even when the tests run in a Hub's terminal)."""
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+
+
 def parse(text: str) -> dict[str, tuple[str, list]]:
     """name -> (type, samples) as Prometheus reads the exposition."""
     return {f.name: (f.type, f.samples) for f in text_string_to_metric_families(text)}
@@ -231,6 +237,34 @@ class TestNotebookLabelsOnly:
         (ooms,) = parse(text)["jupyter_gpu_kernel_allocator_ooms"][1]
         assert ooms.labels == {"gpu": "0", "uuid": UUID0, "notebook_path": "same.ipynb"}
         assert ooms.value == 2 * _device()["num_ooms"]
+        assert len(series(text)) == len(set(series(text)))
+
+
+class TestUnderJupyterHub:
+    @pytest.fixture
+    def gpu_monitor_config(self, gpu_monitor_config, monkeypatch):
+        monkeypatch.setenv("JUPYTERHUB_USER", "alice")  # as the Hub's spawner starts her server
+        return gpu_monitor_config
+
+    async def test_every_series_names_the_student(self, jp_fetch, gpu_monitor):
+        kernel_id = await start_notebook_kernel(jp_fetch, "course/train.ipynb")
+        publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [_device()]))
+        text = await scrape(jp_fetch)
+        ours = [
+            s
+            for name, (_, samples) in parse(text).items()
+            if name.startswith("jupyter_gpu_")
+            for s in samples
+        ]
+        assert len(ours) > 50 and all(s.labels.get("user") == "alice" for s in ours)
+        (ooms,) = parse(text)["jupyter_gpu_kernel_allocator_ooms"][1]
+        assert ooms.labels == {
+            "gpu": "0",
+            "uuid": UUID0,
+            "kernel_id": kernel_id,
+            "notebook_path": "course/train.ipynb",
+            "user": "alice",
+        }
         assert len(series(text)) == len(set(series(text)))
 
 

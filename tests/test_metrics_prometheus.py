@@ -74,8 +74,9 @@ def prometheus_tools() -> tuple[str, str]:
 
 
 @pytest.fixture
-def jp_base_url() -> str:
-    """A JupyterHub user's server, whose user the scrape config takes from the metrics path."""
+def jp_base_url(monkeypatch) -> str:
+    """A JupyterHub user's server, started as the Hub's spawner does: her name in the environment."""
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     return "/user/alice/"
 
 
@@ -88,7 +89,7 @@ def _free_port() -> int:
 @pytest.fixture
 def prometheus(prometheus_tools, tmp_path, jp_http_port, jp_serverapp, jp_base_url):
     """A prometheus on a free loopback port scraping the test server every second, as the
-    README's scrape config does (token file, user label from the JupyterHub path)."""
+    README's scrape config does (token file; the user label comes from the server)."""
     token = tmp_path / "token"
     token.write_text(jp_serverapp.identity_provider.token)
     config = {
@@ -100,13 +101,6 @@ def prometheus(prometheus_tools, tmp_path, jp_http_port, jp_serverapp, jp_base_u
                 "metrics_path": f"{jp_base_url}metrics",
                 "authorization": {"credentials_file": str(token)},
                 "static_configs": [{"targets": [f"127.0.0.1:{jp_http_port}"]}],
-                "relabel_configs": [
-                    {
-                        "source_labels": ["__metrics_path__"],
-                        "regex": "/user/([^/]+)/metrics",
-                        "target_label": "user",
-                    }
-                ],
             }
         ],
     }
@@ -173,7 +167,7 @@ async def test_a_real_prometheus_gets_what_operators_chart(jp_fetch, gpu_monitor
     mine = await wait_for(published, timeout=20)
     device = mine["allocator"]["devices"][0]
 
-    # per notebook, with the user the scrape config took from the JupyterHub path
+    # per notebook, with the user the JupyterHub server labels its series with
     labels, value = one(
         await eventually(url, f'jupyter_gpu_kernel_memory_used_bytes{{notebook_path="{NOTEBOOK}"}}')
     )

@@ -8,11 +8,13 @@ Grafana dashboard over these series.
 
 Per-kernel series carry the labels ``c.GPUMonitor.metrics_kernel_labels`` keeps; kernels that
 share those labels are summed into one series, so no two series ever have the same labels
-(Prometheus drops a whole scrape with a duplicate).
+(Prometheus drops a whole scrape with a duplicate). Under JupyterHub every series also carries
+``user``, the Hub's ``$JUPYTERHUB_USER`` for this server, so a fleet dashboard can group by student.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -294,10 +296,12 @@ class GPUCollector(Collector):
 
     def __init__(self) -> None:
         self.monitor: Any = None
+        self.user: str | None = None  # JupyterHub's user of this server, when there is one
 
     def collect(self) -> Iterator[Metric]:
         # A family without samples would still print its HELP and TYPE: leave it out entirely.
-        return (family for family in self._families() if family.samples)
+        families = (family for family in self._families() if family.samples)
+        return families if self.user is None else (_with_user(f, self.user) for f in families)
 
     def _families(self) -> Iterator[Metric]:
         monitor = self.monitor
@@ -322,6 +326,11 @@ class GPUCollector(Collector):
             yield from kernel_families(monitor.kernels.last, monitor.metrics_kernel_labels)
 
 
+def _with_user(family: Metric, user: str) -> Metric:
+    family.samples = [s._replace(labels={**s.labels, "user": user}) for s in family.samples]
+    return family
+
+
 COLLECTOR = GPUCollector()
 _registered = False
 
@@ -332,6 +341,7 @@ def attach(monitor: Any) -> None:
         REGISTRY.register(COLLECTOR)
         _registered = True
     COLLECTOR.monitor = monitor
+    COLLECTOR.user = os.environ.get("JUPYTERHUB_USER") or None  # the Hub's spawner sets it
 
 
 def detach(monitor: Any) -> None:
