@@ -9,6 +9,7 @@ import {
 import {
   ICommandPalette,
   MainAreaWidget,
+  Notification,
   WidgetTracker
 } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
@@ -18,6 +19,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GpuDashboard } from './dashboard';
 import { gpuIcon } from './icon';
+import { cullNotice } from './idle';
 import { DEFAULT_SETTINGS, GpuModel, IGpuSettings } from './model';
 import { revealCell } from './notebooks';
 import { GpuPanel } from './panel';
@@ -59,6 +61,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     launcher: ILauncher | null
   ) => {
     const model = new GpuModel(app.serviceManager.serverSettings);
+    // The GPU culler's warnings and shutdowns arrive on jupyter_server's event stream.
+    app.serviceManager.events.stream.connect((_, event) => {
+      const message = cullNotice(event);
+      if (message) {
+        Notification.warning(message, { autoClose: false });
+        model.refresh();
+      }
+    });
     const openPath = (path: string) =>
       app.commands.execute('docmanager:open', { path });
     const panel = new GpuPanel(model, {

@@ -5,19 +5,27 @@
  * One telemetry poll feeds both views: it asks only for samples newer than the
  * last one it holds (`?since=`), stands by while the browser tab is hidden, and
  * while neither the panel nor the status-bar item is shown. The kernels poll
- * ("who holds GPU memory") runs only while the panel is visible. Both back off
+ * ("who holds GPU memory", and what idle kernels hold for the status bar)
+ * runs only while the panel or the status-bar item is visible. Both back off
  * when the server is unreachable and recover by themselves.
  */
-import { ServerConnection } from '@jupyterlab/services';
+import { KernelAPI, ServerConnection } from '@jupyterlab/services';
 import { VDomModel } from '@jupyterlab/ui-components';
 import { Poll } from '@lumino/polling';
 
 import { MemoryUnits } from './format';
-import { requestAPI, requestCells, ServerExtensionMissing } from './request';
+import { idleHeldBytes, KernelAction } from './idle';
+import {
+  requestAPI,
+  requestCells,
+  requestFreeCache,
+  ServerExtensionMissing
+} from './request';
 import { busiestGpu, mergeHistory, selectGpus } from './shape';
 import type {
   CellsReply,
   DevicesReply,
+  FreeCacheReply,
   GpuSample,
   KernelsReply,
   NvmlState,
@@ -72,7 +80,9 @@ export class GpuModel extends VDomModel {
       factory: () => this._fetchKernels(),
       frequency: this._frequency(this._settings.kernelsInterval),
       name: 'jupyter-gpu:kernels',
-      standby: () => (this._panelVisible ? 'when-hidden' : true)
+      // the status bar shows what idle kernels hold, so it needs the kernels too
+      standby: () =>
+        this._panelVisible || this._statusBarVisible ? 'when-hidden' : true
     });
   }
 
@@ -129,6 +139,7 @@ export class GpuModel extends VDomModel {
     this._statusBarVisible = visible;
     if (visible) {
       void this._telemetryPoll.refresh();
+      void this._kernelsPoll.refresh();
     }
   }
 
@@ -189,6 +200,38 @@ export class GpuModel extends VDomModel {
   }
 
   /** The last request error, or null while the server answers. */
+  /** GPU memory held by kernels the server flags as idle holders. */
+  get idleHeld(): number {
+    return idleHeldBytes(this._kernels);
+  }
+
+  /**
+   * Act on a kernel of this server: free cache through jupyter_gpu's route,
+   * the others through jupyter_server's own kernel API (so its authorization
+   * applies). Resolves with the free-cache reply, or null for the others.
+   */
+  readonly act = async (
+    kernelId: string,
+    action: KernelAction
+  ): Promise<FreeCacheReply | null> => {
+    const s = this._serverSettings;
+    let freed: FreeCacheReply | null = null;
+    try {
+      if (action === 'free-cache') {
+        freed = await requestFreeCache(kernelId, s);
+      } else if (action === 'interrupt') {
+        await KernelAPI.interruptKernel(kernelId, s);
+      } else if (action === 'restart') {
+        await KernelAPI.restartKernel(kernelId, s);
+      } else {
+        await KernelAPI.shutdownKernel(kernelId, s);
+      }
+    } finally {
+      void this._kernelsPoll.refresh();
+    }
+    return freed;
+  };
+
   /** One kernel's per-cell timeline; a stable function, so views may keep it. */
   readonly cells = (kernelId: string): Promise<CellsReply> =>
     requestCells(kernelId, this._serverSettings);

@@ -21,6 +21,8 @@ import {
   proseParts
 } from './format';
 import { MemoryChart, UtilisationChart } from './gpuCharts';
+import { idleLabel } from './idle';
+import { KernelActions } from './kernelActions';
 import { GpuModel } from './model';
 import { viewRange, windowCut } from './series';
 import {
@@ -388,6 +390,8 @@ function Holders(props: {
             gpuList={m.telemetry?.latest?.gpus ?? []}
             links={props.links}
             loadCells={m.cells}
+            actionsAllowed={m.kernels?.actions_allowed ?? false}
+            act={m.act}
           />
         ))}
         {h.unattributed.map(u => (
@@ -417,13 +421,19 @@ function KernelRow(props: {
   gpuList: GpuSample[];
   links: INotebookLinks;
   loadCells: GpuModel['cells'];
+  actionsAllowed: boolean;
+  act: GpuModel['act'];
 }): JSX.Element {
   const k = props.kernel;
   const label = kernelLabel(k);
+  const idle = idleLabel(k, props.units);
   const path = k.path;
   const [open, setOpen] = React.useState(false);
   return (
-    <li className="jp-gpu-holder jp-gpu-kernel" data-kernel-id={k.id}>
+    <li
+      className={`jp-gpu-holder jp-gpu-kernel${idle ? ' jp-gpu-idle-holder' : ''}`}
+      data-kernel-id={k.id}
+    >
       <div className="jp-gpu-holder-main">
         {path ? (
           <button
@@ -441,6 +451,23 @@ function KernelRow(props: {
           {formatBytes(kernelMemory(k, props.gpus), props.units)}
         </span>
       </div>
+      {idle && (
+        <div
+          className="jp-gpu-chip jp-gpu-warn"
+          data-field="idle-holding"
+          title="This kernel has been idle for a while and still holds GPU memory that other notebooks could use."
+        >
+          {idle}
+          {k.cull_in_seconds !== null &&
+            ` · shut down in ${formatAge(k.cull_in_seconds)} unless used`}
+        </div>
+      )}
+      <KernelActions
+        kernel={k}
+        allowed={props.actionsAllowed}
+        units={props.units}
+        act={props.act}
+      />
       <div className="jp-gpu-holder-detail">
         {k.gpu_memory.map(g => (
           <span key={g.gpu_index} className="jp-gpu-chip">

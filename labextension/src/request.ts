@@ -1,5 +1,6 @@
 /**
- * Authenticated GET requests to the jupyter_gpu server extension.
+ * Authenticated requests to the jupyter_gpu server extension (POSTs carry
+ * jupyter_server's XSRF token, as ServerConnection sends it).
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -32,7 +33,8 @@ export async function requestAPI<R extends keyof Replies>(
   route: R,
   settings: ServerConnection.ISettings,
   query: { [key: string]: string | number | undefined } = {},
-  path: string = route
+  path: string = route,
+  method: 'GET' | 'POST' = 'GET'
 ): Promise<Replies[R]> {
   let url = URLExt.join(settings.baseUrl, API_NAMESPACE, path);
   const params = Object.keys(query)
@@ -51,7 +53,7 @@ export async function requestAPI<R extends keyof Replies>(
     // the server marks every reply `Cache-Control: no-store` anyway.
     response = await ServerConnection.makeRequest(
       url,
-      { method: 'GET', cache: 'no-cache' },
+      { method, cache: 'no-cache' },
       settings
     );
   } catch (error) {
@@ -83,5 +85,19 @@ export function requestCells(
     settings,
     {},
     `kernels/${encodeURIComponent(kernelId)}/cells`
+  );
+}
+
+/** `POST api/gpu/kernels/<id>/free-cache`: the kernel empties PyTorch's cache. */
+export function requestFreeCache(
+  kernelId: string,
+  settings: ServerConnection.ISettings
+): Promise<Replies['free_cache']> {
+  return requestAPI(
+    'free_cache',
+    settings,
+    {},
+    `kernels/${encodeURIComponent(kernelId)}/free-cache`,
+    'POST'
   );
 }

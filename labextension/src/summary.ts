@@ -2,7 +2,12 @@
  * The one-line summary shown in the status bar. Pure: takes the model's
  * figures, returns text and tooltip.
  */
-import { formatBytesOf, formatPercent, MemoryUnits } from './format';
+import {
+  formatBytes,
+  formatBytesOf,
+  formatPercent,
+  MemoryUnits
+} from './format';
 import type { GpuSample } from './types';
 
 export interface ISummarySource {
@@ -12,6 +17,8 @@ export interface ISummarySource {
   reason: string | null;
   simulated: boolean;
   busiest: GpuSample | null;
+  /** GPU memory held by kernels the server flags as idle holders. */
+  idleHeld: number;
   settings: { memoryUnits: MemoryUnits };
 }
 
@@ -39,10 +46,17 @@ export function statusText(m: ISummarySource): { text: string; title: string } {
     m.settings.memoryUnits
   );
   const sim = m.simulated ? ' (simulated)' : '';
+  const idle =
+    m.idleHeld > 0 ? formatBytes(m.idleHeld, m.settings.memoryUnits) : null;
   return {
-    text: `GPU ${g.index}: ${util} · ${mem}${m.simulated ? ' · sim' : ''}`,
+    text:
+      `GPU ${g.index}: ${util} · ${mem}${m.simulated ? ' · sim' : ''}` +
+      (idle ? ` · idle ${idle}` : ''),
     title:
       `Busiest GPU${sim}: GPU ${g.index}, utilisation ${util}, memory ${mem}.` +
+      (idle
+        ? ` Idle kernels hold ${idle} of GPU memory: free it in the GPU panel.`
+        : '') +
       (m.error ? ` ${m.error}` : '') +
       ' Click to open the GPU panel.'
   };

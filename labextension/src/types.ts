@@ -53,6 +53,7 @@ export interface Replies {
   telemetry: TelemetryReply;
   kernels: KernelsReply;
   cells: CellsReply;
+  free_cache: FreeCacheReply;
 }
 /**
  * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the server runs.
@@ -348,6 +349,18 @@ export interface KernelsReply {
    * GPU processes of other users left out (the server's show_all_users is off).
    */
   hidden_processes: number;
+  /**
+   * c.GPUMonitor.idle_after: how long a kernel sits idle before `idle_holding`.
+   */
+  idle_after_seconds: number;
+  /**
+   * c.GPUMonitor.idle_min_memory: how much GPU memory an idle kernel holds before `idle_holding`.
+   */
+  idle_min_memory_bytes: number;
+  /**
+   * Whether the user asking may act on kernels (jupyter_server's authorizer grants resource 'kernels', action 'write'): free cache, interrupt, restart, shut down.
+   */
+  actions_allowed: boolean;
 }
 export interface Kernel {
   id: string;
@@ -359,6 +372,30 @@ export interface Kernel {
    * As jupyter_server reports it, e.g. 'idle' or 'busy'.
    */
   execution_state: string | null;
+  /**
+   * When jupyter_server's kernel manager last saw activity on the kernel (unix seconds).
+   */
+  last_activity: number | null;
+  /**
+   * Open websocket connections to the kernel (notebook tabs, consoles), as the kernel manager counts them.
+   */
+  connections: number;
+  /**
+   * Seconds since `last_activity` while the kernel is idle; null while it is busy, starting, restarting or dead.
+   */
+  idle_seconds: number | null;
+  /**
+   * GPU memory the kernel's process tree holds, over all GPUs.
+   */
+  memory_bytes: number;
+  /**
+   * Idle at least `idle_after_seconds` while holding at least `idle_min_memory_bytes` of GPU memory.
+   */
+  idle_holding: boolean;
+  /**
+   * Seconds until the GPU culler shuts the kernel down if it stays idle; null when it would not (culler off, busy, too little memory, connected and spared).
+   */
+  cull_in_seconds: number | null;
   /**
    * The notebook (or file) of the kernel's session; null without a session.
    */
@@ -607,4 +644,45 @@ export interface RankedCell {
   pid: number;
   seq: number;
   bytes: number;
+}
+/**
+ * POST {base_url}api/gpu/kernels/<kernel_id>/free-cache: what the kernel's `jupyter_gpu.free_cache` comm target answered after torch.cuda.empty_cache(), which it calls only when PyTorch has already initialised CUDA. Not an NVML reply: no `state`.
+ */
+export interface FreeCacheReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  kernel_id: string;
+  /**
+   * Whether PyTorch had initialised CUDA in the kernel (false: nothing was cached, nothing done).
+   */
+  cuda_in_use: boolean;
+  /**
+   * Memory PyTorch's caching allocator gave back to the driver, over all devices.
+   */
+  freed_bytes: number;
+  devices: Device1[];
+  /**
+   * Why nothing was freed, for people; null when empty_cache() ran.
+   */
+  reason: string | null;
+}
+export interface Device1 {
+  /**
+   * The CUDA index in the kernel (cuda:N).
+   */
+  index: number;
+  /**
+   * torch.cuda.memory_reserved() before.
+   */
+  reserved_before_bytes: number;
+  /**
+   * torch.cuda.memory_reserved() after: what live tensors' segments still hold.
+   */
+  reserved_after_bytes: number;
+  /**
+   * In live tensors: not freed, and not freeable without deleting them.
+   */
+  allocated_bytes: number;
 }

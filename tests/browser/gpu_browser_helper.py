@@ -1,5 +1,5 @@
 """Test-only server extension for the browser tests: lets a test put a real kernel's process on a
-simulated GPU, make a simulated GPU fall off the bus, or make an NVML call fail, as the server tests do in-process (the browser tests run `jupyter lab` in a
+simulated GPU, make a simulated GPU fall off the bus, make an NVML call fail, or run code in a kernel, as the server tests do in-process (the browser tests run `jupyter lab` in a
 subprocess, so they reach the simulated NVML through this route instead).
 
 Loaded only by tests/browser/conftest.py; never shipped (it lives outside the package).
@@ -56,6 +56,22 @@ class FailHandler(APIHandler):
         self.finish("{}")
 
 
+class ExecuteHandler(APIHandler):
+    """POST {"kernel_id", "code"}: run code in the kernel as a notebook cell would (no tab needed)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        body = self.get_json_body() or {}
+        client = self.kernel_manager.get_kernel(body["kernel_id"]).client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            reply = await client.execute_interactive(body["code"], timeout=60, output_hook=lambda msg: None)
+        finally:
+            client.stop_channels()
+        self.finish(json.dumps({"status": reply["content"]["status"]}))
+
+
 def _simulated_nvml(handler: APIHandler):
     monitor = handler.serverapp.extension_manager.extension_points["jupyter_gpu"].app
     nvml = getattr(monitor, "simulated_nvml", None)
@@ -76,5 +92,6 @@ def _load_jupyter_server_extension(serverapp) -> None:
             (url_path_join(base, "api", "gpu-test", "attach"), AttachHandler),
             (url_path_join(base, "api", "gpu-test", "lose"), LoseHandler),
             (url_path_join(base, "api", "gpu-test", "fail"), FailHandler),
+            (url_path_join(base, "api", "gpu-test", "execute"), ExecuteHandler),
         ],
     )

@@ -257,7 +257,8 @@ def test_polling_pauses_while_hidden_backs_off_and_recovers(page, lab):
     open_gpu_panel(page)
     card(page, 0).wait_for()
 
-    # panel hidden: no more "who holds memory" requests; the status bar keeps telemetry going
+    # panel hidden: the status bar keeps telemetry going, and "who holds memory" at its own
+    # slower pace (the status bar shows what idle kernels hold)
     page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
     page.locator("#jupyter-gpu-panel").wait_for(state="hidden")
     hidden_at = len(calls)
@@ -267,7 +268,7 @@ def test_polling_pauses_while_hidden_backs_off_and_recovers(page, lab):
 
     # four telemetry polls, 2 s apart, span more than the 5 s of the kernels poll
     run_page_until(page, "4 telemetry requests with the panel hidden", lambda: after_hiding("telemetry") >= 4)
-    assert after_hiding("kernels") == 0
+    assert after_hiding("kernels") <= 2
 
     # server unreachable: an error is shown and the retries slow down
     failures: list[float] = []

@@ -25,6 +25,7 @@ const TABLE: {
   bytes: [number, string][];
   bytes_of: [number, number | null, string][];
   changes: [number, string][];
+  durations: [number, string][];
 } = JSON.parse(
   readFileSync(
     // compiled to lib-test/__tests__/, three levels below the repository root
@@ -96,6 +97,9 @@ describe('other readings', () => {
     assert.equal(formatAge(12.4), '12 s');
     assert.equal(formatAge(600), '10 min');
     assert.equal(formatAge(7200), '2 h');
+    for (const [seconds, text] of TABLE.durations) {
+      assert.equal(formatAge(seconds), text, `${seconds} s`);
+    }
   });
 });
 

@@ -11,13 +11,8 @@ import {
   selectGpus
 } from '../shape';
 import { statusText } from '../summary';
-import type {
-  AllocatorFigures,
-  GpuSample,
-  Kernel,
-  KernelsReply,
-  Sample
-} from '../types';
+import { kernel, kernelsReply } from './replies';
+import type { AllocatorFigures, GpuSample, Sample } from '../types';
 
 const GiB = 1024 ** 3;
 
@@ -118,38 +113,6 @@ describe('busiestGpu', () => {
     assert.equal(memoryFraction(gpu(0, { memory_total_bytes: 0 })), null);
   });
 });
-
-function kernel(over: Partial<Kernel> = {}): Kernel {
-  return {
-    id: 'abcdef12-3456',
-    name: 'python3',
-    execution_state: 'idle',
-    path: 'work/train.ipynb',
-    pid: 4242,
-    gpu_memory: [],
-    allocator: null,
-    allocator_state: 'no_stats',
-    allocator_reason: 'no stats file: jupyter_gpu is not loaded in this kernel',
-    ...over
-  };
-}
-
-function kernelsReply(
-  kernels: Kernel[],
-  over: Partial<KernelsReply> = {}
-): KernelsReply {
-  return {
-    version: 1,
-    available: true,
-    state: 'ok',
-    problem: null,
-    reason: null,
-    kernels,
-    unattributed: [],
-    hidden_processes: 0,
-    ...over
-  };
-}
 
 describe('who holds GPU memory', () => {
   it('labels kernels by notebook name, else by kernel name and id', () => {
@@ -274,8 +237,15 @@ describe('status-bar summary', () => {
       utilization_gpu_percent: 87,
       memory_used_bytes: 30.1 * GiB
     }),
+    idleHeld: 0,
     settings: { memoryUnits: 'binary' as const }
   };
+
+  it('adds what idle kernels hold, once the server flags any', () => {
+    const idle = statusText({ ...base, idleHeld: 38 * GiB });
+    assert.equal(idle.text, 'GPU 1: 87% · 30.1 / 140 GiB · idle 38.0 GiB');
+    assert.match(idle.title, /Idle kernels hold 38\.0 GiB of GPU memory/);
+  });
 
   it('shows the busiest GPU with utilisation and memory', () => {
     assert.equal(statusText(base).text, 'GPU 1: 87% · 30.1 / 140 GiB');
