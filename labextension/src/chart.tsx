@@ -36,7 +36,11 @@ export interface IChartSeries {
 }
 
 export interface ITimeChartProps {
-  columns: Columns;
+  /**
+   * The data, or a function that shapes it: called only while the chart is on
+   * screen, so that charts scrolled out of view cost nothing per poll.
+   */
+  columns: Columns | (() => Columns);
   series: IChartSeries[];
   /** A value as the axis and the legend print it, with its unit. */
   format: (v: number) => string;
@@ -166,11 +170,33 @@ function options(
   };
 }
 
+function resolve(columns: ITimeChartProps['columns']): Columns {
+  return typeof columns === 'function' ? columns() : columns;
+}
+
 export function TimeChart(props: ITimeChartProps): JSX.Element {
   const box = React.useRef<HTMLDivElement>(null);
   const plot = React.useRef<uPlot | null>(null);
   const live = React.useRef(props);
   live.current = props;
+  // drawn while on screen; new data that arrives off screen is drawn when it scrolls in
+  const onScreen = React.useRef(true);
+  const stale = React.useRef(false);
+  const draw = () => {
+    const node = box.current;
+    const chart = plot.current;
+    if (!node || !chart) {
+      return;
+    }
+    if (!onScreen.current) {
+      stale.current = true;
+      return;
+    }
+    const columns = resolve(live.current.columns);
+    node.dataset.samples = String(columns[0].length);
+    chart.setData(columns);
+    stale.current = false;
+  };
   const theme = useTheme();
   const shape = `${props.series.map(s => `${s.label}:${s.colour}`).join('|')}|${props.height}|${theme}`;
 
@@ -180,9 +206,11 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
       return;
     }
     const width = () => Math.max(160, node.clientWidth);
+    const columns = resolve(live.current.columns);
+    node.dataset.samples = String(columns[0].length);
     const chart = new uPlot(
       options(live.current, live, width()),
-      live.current.columns,
+      columns,
       node
     );
     plot.current = chart;
@@ -190,7 +218,15 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
       chart.setSize({ width: width(), height: live.current.height })
     );
     resize.observe(node);
+    const seen = new IntersectionObserver(entries => {
+      onScreen.current = entries[entries.length - 1].isIntersecting;
+      if (onScreen.current && stale.current) {
+        draw();
+      }
+    });
+    seen.observe(node);
     return () => {
+      seen.disconnect();
       resize.disconnect();
       chart.destroy();
       plot.current = null;
@@ -198,9 +234,12 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
     // rebuilt only when the series, size or theme change; new data goes through setData
   }, [shape]);
 
-  React.useEffect(() => {
-    plot.current?.setData(props.columns);
-  }, [props.columns, props.range[0], props.range[1], props.yMax]);
+  React.useEffect(draw, [
+    props.columns,
+    props.range[0],
+    props.range[1],
+    props.yMax
+  ]);
 
   return (
     <div
@@ -208,7 +247,6 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
       className={`jp-gpu-timechart ${props.className ?? ''}`}
       role="img"
       aria-label={props.label}
-      data-samples={props.columns[0].length}
     />
   );
 }

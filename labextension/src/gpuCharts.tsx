@@ -39,10 +39,8 @@ export function UtilisationChart(
   const fields = props.withMemoryBusy
     ? (['utilization_gpu_percent', 'utilization_memory_percent'] as const)
     : (['utilization_gpu_percent'] as const);
-  const columns = React.useMemo(
-    () => fieldColumns(props.history, props.gpu, [...fields], props.maxGap),
-    [props.history, props.gpu.uuid, props.maxGap, fields.length]
-  );
+  const columns = () =>
+    fieldColumns(props.history, props.gpu, [...fields], props.maxGap);
   return (
     <TimeChart
       className="jp-gpu-chart-utilisation"
@@ -97,16 +95,13 @@ export function MemoryChart(
 }
 
 export function PowerChart(props: IGpuChartProps): JSX.Element {
-  const columns = React.useMemo(
-    () =>
-      fieldColumns(
-        props.history,
-        props.gpu,
-        ['power_watts', 'power_limit_watts'],
-        props.maxGap
-      ),
-    [props.history, props.gpu.uuid, props.maxGap]
-  );
+  const columns = () =>
+    fieldColumns(
+      props.history,
+      props.gpu,
+      ['power_watts', 'power_limit_watts'],
+      props.maxGap
+    );
   return (
     <TimeChart
       className="jp-gpu-chart-power"
@@ -125,16 +120,13 @@ export function PowerChart(props: IGpuChartProps): JSX.Element {
 }
 
 export function TemperatureChart(props: IGpuChartProps): JSX.Element {
-  const columns = React.useMemo(
-    () =>
-      fieldColumns(
-        props.history,
-        props.gpu,
-        ['temperature_celsius', 'memory_temperature_celsius'],
-        props.maxGap
-      ),
-    [props.history, props.gpu.uuid, props.maxGap]
-  );
+  const columns = () =>
+    fieldColumns(
+      props.history,
+      props.gpu,
+      ['temperature_celsius', 'memory_temperature_celsius'],
+      props.maxGap
+    );
   return (
     <TimeChart
       className="jp-gpu-chart-temperature"
@@ -153,11 +145,8 @@ export function TemperatureChart(props: IGpuChartProps): JSX.Element {
 }
 
 export function ClockChart(props: IGpuChartProps): JSX.Element {
-  const columns = React.useMemo(
-    () =>
-      fieldColumns(props.history, props.gpu, ['clock_sm_mhz'], props.maxGap),
-    [props.history, props.gpu.uuid, props.maxGap]
-  );
+  const columns = () =>
+    fieldColumns(props.history, props.gpu, ['clock_sm_mhz'], props.maxGap);
   return (
     <TimeChart
       className="jp-gpu-chart-clock"
@@ -173,16 +162,13 @@ export function ClockChart(props: IGpuChartProps): JSX.Element {
 }
 
 export function PcieChart(props: IGpuChartProps): JSX.Element {
-  const columns = React.useMemo(
-    () =>
-      fieldColumns(
-        props.history,
-        props.gpu,
-        ['pcie_rx_bytes_per_second', 'pcie_tx_bytes_per_second'],
-        props.maxGap
-      ),
-    [props.history, props.gpu.uuid, props.maxGap]
-  );
+  const columns = () =>
+    fieldColumns(
+      props.history,
+      props.gpu,
+      ['pcie_rx_bytes_per_second', 'pcie_tx_bytes_per_second'],
+      props.maxGap
+    );
   return (
     <TimeChart
       className="jp-gpu-chart-pcie"

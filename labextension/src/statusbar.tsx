@@ -7,6 +7,7 @@ import { VDomRenderer } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
+import { gpuIcon } from './icon';
 import { GpuModel } from './model';
 import { statusText } from './summary';
 
@@ -44,7 +45,16 @@ export class GpuStatus extends VDomRenderer<GpuModel> {
     const { text, title } = statusText(this.model);
     this.node.title = title;
     this.toggleClass('jp-gpu-stale', !!this.model.error);
-    return <TextItem source={text} title={title} />;
+    return (
+      <>
+        <gpuIcon.react
+          tag="span"
+          className="jp-gpu-status-icon"
+          stylesheet="statusBar"
+        />
+        <TextItem source={text} title={title} />
+      </>
+    );
   }
 
   private _open: () => void;

@@ -78,10 +78,14 @@ def _free_port() -> int:
 
 
 class LabServer:
-    """A `jupyter lab` subprocess with its own config, data, runtime and notebook dirs."""
+    """A `jupyter lab` subprocess with its own config, data, runtime and notebook dirs; with
+    ``app="notebook"``, Notebook 7's `jupyter notebook` instead (the same extension system)."""
 
-    def __init__(self, tmp: Path, *, base_url: str = "/", gpu: dict | None = None) -> None:
+    def __init__(
+        self, tmp: Path, *, base_url: str = "/", gpu: dict | None = None, app: str = "jupyterlab"
+    ) -> None:
         self.tmp = tmp
+        self.app = app
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.token = secrets.token_hex(16)
         self.port = _free_port()
@@ -122,10 +126,11 @@ class LabServer:
             JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
             PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
         )
+        app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
         cmd = [
             sys.executable,
             "-m",
-            "jupyterlab",
+            self.app,
             "--allow-root",
             "--no-browser",
             "--ip=127.0.0.1",
@@ -134,9 +139,9 @@ class LabServer:
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root}",
             f"--ServerApp.base_url={self.base_url}",
-            f"--LabApp.user_settings_dir={tmp / 'settings'}",
-            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-            "--LabApp.expose_app_in_browser=True",
+            f"--{app_class}.user_settings_dir={tmp / 'settings'}",
+            f"--{app_class}.workspaces_dir={tmp / 'workspaces'}",
+            f"--{app_class}.expose_app_in_browser=True",
         ]
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(

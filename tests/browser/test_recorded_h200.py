@@ -9,6 +9,7 @@ from real GPU figures rather than the simulated backend's.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,24 @@ def test_panel_draws_a_training_notebook_on_real_h200s(page, lab_factory):
                  .some(c => c.querySelector('canvas') && Number(c.dataset.samples) >= 2)"""
     )
     screenshot(page, "panel-h200-training")
+
+
+def test_dashboard_draws_the_recorded_training_run(page, lab_factory):
+    """The dashboard over the recorded 2xH200 reply: the training step at the end shows as
+    GPU 0's utilisation reaching 100% and its power rising."""
+    lab = lab_factory()
+    for name in ("devices", "telemetry", "kernels"):
+        page.route(f"**/api/gpu/{name}*", answer_with(json.dumps(recorded(name))))
+    open_lab(page, lab)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('jupyter-gpu:dashboard'); }")
+    gpu0 = page.locator('#jupyter-gpu-dashboard .jp-gpu-dashboard-gpu[data-gpu-index="0"]')
+    for kind in ("utilisation", "memory", "power", "temperature", "clock", "pcie"):
+        gpu0.locator(f".jp-gpu-chart-{kind} canvas").wait_for()
+    samples = len(recorded("telemetry")["history"])
+    assert gpu0.locator(".jp-gpu-chart-utilisation").get_attribute("data-samples") == str(samples)
+    over = gpu0.locator(".jp-gpu-chart-utilisation .u-over")
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] / 2)
+    legend = gpu0.locator(".jp-gpu-chart-utilisation .u-legend").inner_text()
+    assert re.search(r"GPU busy\s*100%", legend), legend
+    screenshot(page, "dashboard-h200-training")

@@ -1,0 +1,58 @@
+"""Record the simulated backend's replay trace on a GPU machine (issue #16): a few minutes of a
+PyTorch training run on every GPU, sampled by jupyter_gpu's own sampler, written where the
+package's default trace lives so that the next commit carries it. Run on the H200 machine with
+
+    JUPYTER_GPU_RECORD_TRACE=1 python -m pytest -m gpu tests/test_record_trace_gpu.py -s
+
+(without JUPYTER_GPU_RECORD_TRACE it writes to a temporary file and only checks the recording).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGED = ROOT / "jupyter_gpu" / "nvml" / "h200_2gpu_trace.json"
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
+]
+
+
+def test_record_a_training_trace(tmp_path):
+    import subprocess
+
+    out = PACKAGED if os.environ.get("JUPYTER_GPU_RECORD_TRACE") == "1" else tmp_path / "trace.json"
+    seconds = float(os.environ.get("JUPYTER_GPU_TRACE_SECONDS", "180"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "record_trace.py"),
+            "record",
+            f"--seconds={seconds:g}",
+            f"--out={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    trace = json.loads(out.read_text())
+    frames = trace["trace"]["frames"]
+    print(result.stdout, trace["about"])
+    assert len(frames) >= seconds * 0.5  # about one frame a second, thinned to at most 300
+    assert out.stat().st_size < 512 * 1024  # small enough to ship in the package
+    for index in range(len(trace["devices"])):
+        util = {f[index]["utilization"]["gpu"] for f in frames}
+        used = [f[index]["memory_v2"]["used"] for f in frames]
+        assert max(util) >= 50 and min(util) <= 5, f"GPU {index} never trained or never idled: {sorted(util)}"
+        assert max(used) - min(used) > 1024**3, f"GPU {index}'s memory hardly moved"
+        assert any(f[index]["compute_processes"] for f in frames), f"GPU {index} lists no process"
