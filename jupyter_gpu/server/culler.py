@@ -68,8 +68,8 @@ class Culler:
                 self._tell("warn", kernel, remaining or 0.0)
             elif action == "cull" and self._still_idle(kernel):
                 self.warned.discard(kernel["id"])
-                self._tell("cull", kernel, 0.0)
                 await self.kernel_manager.shutdown_kernel(kernel["id"])
+                self._tell("cull", kernel, 0.0)
 
     def _still_idle(self, kernel: dict[str, Any]) -> bool:
         """Nothing happened in the kernel since the view was made (a cell may have started)."""

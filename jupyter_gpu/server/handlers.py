@@ -9,6 +9,7 @@ import math
 import time
 from typing import Any
 
+from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
@@ -114,7 +115,9 @@ class KernelsHandler(GPUHandler):
         payload = await self.monitor.kernels.refresh()
         # Whether this user may act on kernels (free cache, interrupt, restart, shut down), so
         # that a read-only user sees the kernels without buttons that would answer 403.
-        allowed = self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
+        allowed = await ensure_async(
+            self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
+        )
         self.send({**payload, "actions_allowed": bool(allowed)})
 
 

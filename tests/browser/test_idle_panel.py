@@ -63,6 +63,7 @@ def test_an_idle_kernel_on_gpu_memory_is_marked_in_the_panel_and_the_status_bar(
         assert "Idle kernels hold 38.0 GiB of GPU memory" in page.locator(".jp-gpu-status").get_attribute(
             "title"
         )
+        row.scroll_into_view_if_needed()
         screenshot(page, "panel-idle-holder")
     finally:
         lab.api("DELETE", f"api/kernels/{kernel_id}")
