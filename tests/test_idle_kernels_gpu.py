@@ -85,7 +85,8 @@ class TestCullerOnAGpu:
         await jp_serverapp.extension_manager.start_all_extensions()  # the culler's periodic check
         kernel_id = await start_notebook_kernel(jp_fetch, "course/big.ipynb")
         kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-        await run_cell(kernel, "import torch; torch.cuda.init(); torch.cuda.synchronize()")
+        # a CUDA context first, so that the GPU's use without this kernel can be told apart
+        await run_cell(kernel, "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")
 
         async def on_gpu():
             body = await get(jp_fetch, "kernels")
