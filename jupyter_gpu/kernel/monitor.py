@@ -28,6 +28,7 @@ from ..analysis.units import format_bytes, format_bytes_of
 from ..torch_state import nvml_uuid, torch_in_use
 from .extension import unregister_magics
 from .magic_args import parse as parse_args
+from .server_readings import ServerReader
 
 MIN_INTERVAL = 0.1  # NVML answers in microseconds, but each update is a message per widget
 MAX_INTERVAL = 3600.0
@@ -89,6 +90,8 @@ class Monitor:
         self._uuids: dict[int, str | None] = {}  # CUDA index -> NVML UUID, fixed for the process
         self.rows = [GpuRow(widgets, i, info) for i, info in enumerate(devices)]
         source = "simulated readings" if simulated else "NVML"
+        if isinstance(reader, ServerReader):
+            source = "the Jupyter server's simulated readings (no GPU in this kernel)"
         self.header = widgets.HTML(f"<b>GPU monitor</b>: {source}, every {interval:g} s")
         self.status = widgets.Label()
         self.button = widgets.Button(
@@ -208,12 +211,16 @@ def start(interval: float) -> Monitor | str:
     from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
     from . import gpu_memory
 
-    reader = NvmlReader(gpu_memory.nvml_backend())  # the kernel side's one NVML seam (tests simulate it)
+    reader: Any = NvmlReader(gpu_memory.nvml_backend())  # the kernel side's one NVML seam (tests simulate it)
     try:
         devices = [reader.device_info(i)[0] for i in range(reader.open())]
     except (NvmlUnavailable, GpuLost) as error:
         reader.close()
-        return getattr(error, "reason", str(error))
+        # No GPU here; a server replaying simulated readings (a demo) can stand in, marked so.
+        reader = ServerReader.of_simulated_server()
+        if reader is None:
+            return getattr(error, "reason", str(error))
+        devices = [reader.device_info(i)[0] for i in range(reader.open())]
     monitor = Monitor(widgets, reader, devices, interval, simulated=reader.simulated)
     _monitors.append(monitor)
     try:

@@ -11,6 +11,7 @@ from browser_support import (  # noqa: F401  (fixtures are used by name)
     READINGS,
     SCREENSHOTS,
     chromium,
+    has_gpu,
     jp_asyncio_loop,
     jp_server_cleanup,
     lab_factory,
@@ -52,24 +53,29 @@ def _threads(page) -> str:
     return cell.locator(".jp-OutputArea-output").inner_text().strip()
 
 
-def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_factory):
-    lab = lab_factory()
+def _open_notebook(page, lab, name: str, cells: list[str]) -> None:
+    """Write a notebook of these code cells, open it, and wait for its kernel."""
     notebook = {
         "cells": [
             {"cell_type": "code", "source": s, "metadata": {}, "outputs": [], "execution_count": None}
-            for s in CELLS
+            for s in cells
         ],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
         "nbformat": 4,
         "nbformat_minor": 5,
     }
-    (lab.root / "monitor.ipynb").write_text(json.dumps(notebook))
-    open_lab(page, lab, "lab/tree/monitor.ipynb")
+    (lab.root / name).write_text(json.dumps(notebook))
+    open_lab(page, lab, f"lab/tree/{name}")
     page.wait_for_selector(".jp-Notebook .jp-Cell")
     page.wait_for_function(
         "() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel?.status === 'idle'",
         timeout=60_000,
     )
+
+
+def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_factory):
+    lab = lab_factory()
+    _open_notebook(page, lab, "monitor.ipynb", CELLS)
     _run_cell(page, 0)
     _run_cell(page, 1)
     output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
@@ -90,3 +96,17 @@ def test_monitor_renders_updates_and_stops_when_its_output_is_cleared(page, lab_
     while (threads := _threads(page)) != "monitor threads: 0":
         assert time.monotonic() < deadline, f"clearing the output did not stop the monitor: {threads}"
         time.sleep(0.5)
+
+
+@pytest.mark.skipif(has_gpu(), reason="the kernel would read this machine's GPUs")
+def test_monitor_without_a_gpu_shows_the_servers_simulated_readings(page, lab_factory):
+    """No NVML in the kernel (this machine has no GPU): `%gpu_monitor` reads what the server's
+    simulated backend replays, and says so."""
+    lab = lab_factory()
+    _open_notebook(page, lab, "demo.ipynb", ["%load_ext jupyter_gpu", "%gpu_monitor --interval 0.5"])
+    _run_cell(page, 0)
+    _run_cell(page, 1)
+    output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
+    output.locator(".widget-label", has_text="GPU 1: NVIDIA H200").wait_for()
+    assert "the Jupyter server's simulated readings" in output.inner_text()
+    assert "3.00 / 140 GiB" in output.inner_text()  # GPU 0 of the server's replayed reading
