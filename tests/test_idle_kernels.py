@@ -200,6 +200,9 @@ async def test_free_cache_refuses_what_it_cannot_do_with_a_message(jp_fetch, gpu
     # pid 564 holds memory on simulated GPU 0 and is no kernel of this server
     code, message = await refused(jp_fetch, "api", "gpu", "kernels", "564", "free-cache")
     assert code == 409 and message.startswith("Process 564 is not a kernel of this server")
+    for odd in ("9" * 5000, "\u00b2"):  # past int()'s digit limit; a digit int() refuses
+        code, message = await refused(jp_fetch, "api", "gpu", "kernels", odd, "free-cache")
+        assert code == 404 and message.startswith("No kernel with id")
 
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
     running = asyncio.ensure_future(run_cell(kernel, "import time; time.sleep(30)"))

@@ -160,7 +160,8 @@ class FreeCacheHandler(GPUHandler):
 
     def _not_a_kernel(self, kernel_id: str) -> tuple[int, str]:
         """A GPU process that is no kernel of this server is refused by name; anything else is 404."""
-        if kernel_id.isdigit():
+        # ASCII digits only, and few of them: int() refuses Unicode digits and 4,300-digit strings
+        if kernel_id.isascii() and kernel_id.isdigit() and len(kernel_id) <= 10:
             latest = self.monitor.sampler.latest()
             pids = {p["pid"] for g in (latest.gpus if latest else ()) for p in g.get("processes") or ()}
             if int(kernel_id) in pids:
