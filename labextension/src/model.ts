@@ -1,10 +1,10 @@
 /**
- * The state shared by the GPU panel and the status-bar item, and the polls
- * that keep it fresh.
+ * The state shared by the GPU panel, the GPU Dashboard and the status-bar
+ * item, and the polls that keep it fresh.
  *
- * One telemetry poll feeds both views: it asks only for samples newer than the
+ * One telemetry poll feeds every view: it asks only for samples newer than the
  * last one it holds (`?since=`), stands by while the browser tab is hidden, and
- * while neither the panel nor the status-bar item is shown. The kernels poll
+ * while none of the panel, the dashboard and the status-bar item is shown. The kernels poll
  * ("who holds GPU memory", and what idle kernels hold for the status bar)
  * runs only while the panel or the status-bar item is visible. Both back off
  * when the server is unreachable and recover by themselves.
