@@ -64,6 +64,7 @@ class UserRoute(web.RequestHandler):
         self.fleet = fleet
 
     async def get(self, user: str, route: str) -> None:
+        self.fleet.seen_tokens.setdefault(user, set()).add(self.request.headers.get("Authorization", ""))
         behaviour = self.fleet.behaviour[user]
         if behaviour == "slow":
             await asyncio.sleep(self.fleet.slow_seconds)
@@ -98,12 +99,32 @@ class UsersRoute(web.RequestHandler):
         )
 
 
+class TokensRoute(web.RequestHandler):
+    """The Hub's token API for a user: mints numbered tokens, records scopes and revocations."""
+
+    def initialize(self, fleet: FakeFleet) -> None:
+        self.fleet = fleet
+
+    def post(self, user: str, token_id: str | None = None) -> None:
+        body = json.loads(self.request.body)
+        n = len(self.fleet.minted)
+        self.fleet.minted.append((user, body["scopes"]))
+        self.finish({"token": f"tok-{user}-{n}", "id": f"a{n}"})
+
+    def delete(self, user: str, token_id: str) -> None:
+        self.fleet.revoked.append((user, token_id))
+        self.set_status(204)
+
+
 class FakeFleet:
     """Start with ``await fleet.start()`` inside a running loop; ``url`` is proxy and Hub in one."""
 
     def __init__(self, behaviour: dict[str, str], *, slow_seconds: float = 0.5) -> None:
         self.behaviour = behaviour
         self.slow_seconds = slow_seconds
+        self.seen_tokens: dict[str, set[str]] = {}  # user -> Authorization headers its server got
+        self.minted: list[tuple[str, list[str]]] = []
+        self.revoked: list[tuple[str, str]] = []
 
     async def start(self) -> None:
         kwargs = {"fleet": self}
@@ -111,6 +132,7 @@ class FakeFleet:
             [
                 (r"/user/([^/]+)/api/gpu/(kernels|telemetry)", UserRoute, kwargs),
                 (r"/hub/api/users", UsersRoute, kwargs),
+                (r"/hub/api/users/([^/]+)/tokens(?:/([^/]+))?", TokensRoute, kwargs),
             ]
         )
         sock = socket.socket()

@@ -105,7 +105,11 @@ def test_a_kernel_shut_down_from_the_page_is_gone_from_the_students_server(hub, 
         "the action in the log", lambda: f"{INSTRUCTOR} shut down kernel {kernel} of alice" in hub.log()
     )
     tokens = hub.admin("GET", "hub/api/users/alice/tokens").json()["api_tokens"]
-    assert not [t for t in tokens if t["note"].startswith("jupyter-gpu:")]
+    assert not [t for t in tokens if "shuts down" in t["note"]]
+    # what the service reads her server with: a token of hers for that server alone
+    (reading,) = [t for t in tokens if t["note"].startswith("jupyter-gpu: reads")]
+    assert "access:servers!server=alice/" in reading["scopes"]
+    assert [s for s in reading["scopes"] if not s.endswith(("!user=alice", "!server=alice/"))] == []
 
 
 def test_a_kernel_that_is_not_there_is_a_404_not_a_success(hub, instructor):

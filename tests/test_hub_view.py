@@ -52,18 +52,20 @@ def test_a_reply_of_the_wrong_shape_is_refused_with_what_is_wrong(reply, says):
         view.check_kernels(reply)
 
 
-def test_gpus_seen_by_several_servers_are_listed_once_from_the_newest_sample():
-    old, new = view.check_telemetry(telemetry_reply(1.0)), view.check_telemetry(telemetry_reply(2.0))
-    new[0]["memory_used_bytes"] = 5
+def test_gpus_seen_by_several_servers_are_listed_once_and_no_student_can_hide_a_full_one():
+    honest = view.check_telemetry(telemetry_reply(1.0))
+    liar = view.check_telemetry(telemetry_reply(1e300))  # "my sample is the newest"
+    liar[0]["memory_used_bytes"] = 0  # "GPU 0 is empty"
     readings = [
-        view.Reading(ADA, "ok", kernels=[], gpus=old),
-        view.Reading(view.UserServer("bo", "", "/user/bo/"), "ok", kernels=[], gpus=new),
+        view.Reading(ADA, "ok", kernels=[], gpus=honest),
+        view.Reading(view.UserServer("mallory", "", "/user/mallory/"), "ok", kernels=[], gpus=liar),
     ]
-    gpus = view.gpu_rows(readings)
+    gpus = view.gpu_rows(readings, now=1000.0)
     assert [(g["index"], g["memory_used_bytes"], g["users"]) for g in gpus] == [
-        (0, 5, ["ada", "bo"]),
-        (1, 2**33, ["ada", "bo"]),
+        (0, 2**33, ["ada", "mallory"]),
+        (1, 2**33, ["ada", "mallory"]),
     ]
+    assert all(g["sampled_at"] <= 1000.0 for g in gpus)
 
 
 def test_a_hundred_servers_some_slow_some_dead_build_within_two_seconds():
@@ -89,3 +91,29 @@ def test_a_hundred_servers_some_slow_some_dead_build_within_two_seconds():
     assert sum(s == "ok" for s, _ in states.values()) == 96
     assert len(built["kernels"]) == 96 * 2 and built["kernels"][0]["idle_holding"] is True
     assert [s["state"] for s in built["servers"][:4]] != ["ok"] * 4  # problems first
+
+
+def test_a_students_server_never_sees_the_services_token():
+    """Her server runs her code, so it sees every request it gets: the service's own token
+    (which reaches every server of the Hub) must never be one of them."""
+
+    async def two_builds():
+        fleet = FakeFleet({"alice": "ok", "mallory": "ok"})
+        await fleet.start()
+        try:
+            hub = Hub(Server(f"{fleet.url}/hub/api/", "SERVICE-TOKEN"), fleet.url, timeout=1.0)
+            await Builder(hub).build()
+            await Builder(hub).build()
+            del fleet.behaviour["alice"]  # alice's server stops
+            await Builder(hub).build()
+            return fleet
+        finally:
+            fleet.stop()
+
+    fleet = asyncio.run(two_builds())
+    assert fleet.seen_tokens == {"alice": {"token tok-alice-0"}, "mallory": {"token tok-mallory-1"}}
+    assert sorted(fleet.minted) == [  # one each, reused by the second build
+        ("alice", ["access:servers!server=alice/"]),
+        ("mallory", ["access:servers!server=mallory/"]),
+    ]
+    assert fleet.revoked == [("alice", "a0")]  # gone with her server

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 from ..client import Server, ServerError, Unreachable
@@ -23,6 +24,18 @@ log = logging.getLogger("jupyter_gpu.hub")
 MAX_KERNELS_REPLY = 4 * 2**20
 # Minted per action, revoked right after: a minute is more than one DELETE needs.
 ACTION_TOKEN_SECONDS = 60
+# Reading a server's figures: minted per server, reused until this close to expiry, revoked when
+# the server stops. Never the service's own token: that one reaches every server of the Hub, and a
+# student's server (her own code) sees every request it receives.
+READ_TOKEN_SECONDS = 600
+READ_TOKEN_RENEW = 120
+
+
+@dataclass
+class _Token:
+    token: str
+    id: str
+    expires: float  # time.monotonic()
 
 
 class HubError(Exception):
@@ -44,6 +57,37 @@ class Hub:
         self.api = api  # {hub}/hub/api/ with the service's token
         self.proxy_url = proxy_url.rstrip("/")
         self.timeout = timeout
+        self._read_tokens: dict[tuple[str, str], _Token] = {}
+
+    async def _mint(self, server: UserServer, seconds: int, note: str) -> _Token:
+        """A token of the server's user that reaches that one server only."""
+        minted = await self._call(
+            "POST",
+            f"users/{_quote(server.user)}/tokens",
+            {
+                "scopes": [f"access:servers!server={server.user}/{server.name}"],
+                "expires_in": seconds,
+                "note": note,
+            },
+        )
+        return _Token(minted["token"], minted["id"], time.monotonic() + seconds)
+
+    async def _revoke(self, user: str, token: _Token) -> None:
+        try:
+            await self._call("DELETE", f"users/{_quote(user)}/tokens/{_quote(token.id)}")
+        except HubError as error:  # it expires on its own
+            log.warning("jupyter-gpu: could not revoke a token of %s: %s", user, error)
+
+    async def _read_token(self, server: UserServer) -> str:
+        key = (server.user, server.name)
+        held = self._read_tokens.get(key)
+        if held is not None and held.expires - time.monotonic() > READ_TOKEN_RENEW:
+            return held.token
+        fresh = await self._mint(server, READ_TOKEN_SECONDS, "jupyter-gpu: reads this server's GPU figures")
+        self._read_tokens[key] = fresh
+        if held is not None:
+            await self._revoke(server.user, held)
+        return fresh.token
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
@@ -90,8 +134,12 @@ class Hub:
         raise HubError(f"{user} has no running server {name!r}", 404)
 
     async def read(self, server: UserServer) -> Reading:
-        """The server's kernels and latest GPU sample, asked at once with the service's token."""
-        at = Server(self.proxy_url + server.url, self.api.token)
+        """The server's kernels and latest GPU sample, asked at once with a token for it alone."""
+        try:
+            token = await self._read_token(server)
+        except HubError as error:
+            return Reading(server, "error", f"no token for this server: {error}")
+        at = Server(self.proxy_url + server.url, token)
         try:
             kernels, telemetry = await asyncio.gather(
                 at.get_async("api/gpu/kernels", timeout=self.timeout, max_bytes=MAX_KERNELS_REPLY),
@@ -110,23 +158,19 @@ class Hub:
 
     async def read_all(self) -> list[Reading]:
         servers = await self.running_servers()
+        running = {(s.user, s.name) for s in servers}
+        for key in [k for k in self._read_tokens if k not in running]:  # stopped: its token goes
+            await self._revoke(key[0], self._read_tokens.pop(key))
         return list(await asyncio.gather(*(self.read(s) for s in servers)))
 
     async def shut_down_kernel(self, server: UserServer, kernel_id: str, *, by: str) -> None:
         """DELETE the kernel through the user's own server API, with a token the Hub mints for
         this one server (``access:servers!server=<user>/<name>``) and that is revoked after."""
-        scope = f"access:servers!server={server.user}/{server.name}"
-        minted = await self._call(
-            "POST",
-            f"users/{_quote(server.user)}/tokens",
-            {
-                "scopes": [scope],
-                "expires_in": ACTION_TOKEN_SECONDS,
-                "note": f"jupyter-gpu: {by} shuts down kernel {kernel_id}",
-            },
+        minted = await self._mint(
+            server, ACTION_TOKEN_SECONDS, f"jupyter-gpu: {by} shuts down kernel {kernel_id}"
         )
         try:
-            at = Server(self.proxy_url + server.url, minted["token"])
+            at = Server(self.proxy_url + server.url, minted.token)
             try:
                 reply = await at.send_async(f"api/kernels/{_quote(kernel_id)}", method="DELETE", timeout=10)
             except ServerError as error:
@@ -138,7 +182,7 @@ class Hub:
             if reply.status >= 300:
                 raise HubError(f"{server.user}'s server answered HTTP {reply.status} to the shutdown")
         finally:
-            await self._call("DELETE", f"users/{_quote(server.user)}/tokens/{_quote(minted['id'])}")
+            await self._revoke(server.user, minted)
 
     async def stop_server(self, server: UserServer) -> None:
         """Ask the Hub to stop the server (it answers at once; stopping may take a moment)."""

@@ -166,9 +166,20 @@ def kernel_order(row: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def gpu_rows(readings: Iterable[Reading]) -> list[dict[str, Any]]:
-    """Each GPU once (by UUID: servers on one node see the same GPUs), from its newest sample."""
-    newest: dict[tuple[str, ...], tuple[dict[str, Any], set[str]]] = {}
+def gpu_rows(readings: Iterable[Reading], *, now: float) -> list[dict[str, Any]]:
+    """Each GPU once (by UUID: servers on one node see the same GPUs).
+
+    Every student's server reports the node's GPUs, and any of them may lie. So where they
+    disagree the largest memory in use is shown (a student cannot make a full GPU look empty,
+    only an empty one look full, which an instructor looks into), and a sample time from the
+    future is taken as now.
+    """
+
+    def used(gpu: dict[str, Any]) -> int:
+        value = gpu.get("memory_used_bytes")
+        return value if isinstance(value, int) else -1
+
+    chosen: dict[tuple[str, ...], tuple[dict[str, Any], set[str]]] = {}
     for reading in readings:
         for gpu in reading.gpus or []:
             key = (
@@ -176,9 +187,13 @@ def gpu_rows(readings: Iterable[Reading]) -> list[dict[str, Any]]:
                 if gpu.get("uuid")
                 else (reading.server.user, reading.server.name, str(gpu["index"]))
             )
-            seen = newest.get(key)
+            seen = chosen.get(key)
             users = (seen[1] if seen else set()) | {reading.server.user}
-            newest[key] = (gpu if seen is None or gpu["t"] >= seen[0]["t"] else seen[0], users)
+            gpu = {**gpu, "t": min(gpu["t"], now)}
+            if seen is None or (used(gpu), gpu["t"]) > (used(seen[0]), seen[0]["t"]):
+                chosen[key] = (gpu, users)
+            else:
+                chosen[key] = (seen[0], users)
     rows = [
         {
             "index": gpu["index"],
@@ -189,7 +204,7 @@ def gpu_rows(readings: Iterable[Reading]) -> list[dict[str, Any]]:
             "users": sorted(users),
             "text": {"memory": format_bytes_of(gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes"))},
         }
-        for gpu, users in newest.values()
+        for gpu, users in chosen.values()
     ]
     return sorted(rows, key=lambda r: (r["index"], r["uuid"] or ""))
 
@@ -212,7 +227,7 @@ def build(readings: list[Reading], *, now: float, timeout: float) -> dict[str, A
         "version": VERSION,
         "now": now,
         "timeout_seconds": timeout,
-        "gpus": gpu_rows(readings),
+        "gpus": gpu_rows(readings, now=now),
         "kernels": sorted(kernels, key=kernel_order),
         "servers": servers,
     }
