@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import re
+import secrets
 import stat
 import sys
 from collections.abc import Callable
@@ -104,13 +105,16 @@ def read_own_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
 def write_own_file(path: str | os.PathLike[str], data: bytes, *, abandon: Callable[[], bool] = bool) -> None:
     """Replace ``path`` with ``data`` atomically, mode 0600: readers see the old file or the new.
 
-    The temp name is fixed per process (no mkstemp: half the cost of a write) and opened with
-    O_NOFOLLOW, so a planted symlink cannot redirect the write. ``abandon`` is asked just before
-    the rename: a writer that is being stopped must not resurrect a file just removed.
+    The temp file has a random name and is created with O_EXCL and O_NOFOLLOW, so nothing planted
+    in a directory others can write (a symlink, a FIFO, a file of theirs) is followed, opened or
+    published under our name; the rename then replaces whatever sits at ``path``, links included,
+    rather than writing through it. ``abandon`` is asked just before the rename: a writer that is
+    being stopped must not resurrect a file just removed.
     """
     path = os.fspath(path)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600)
     try:
         try:
             view = memoryview(data)

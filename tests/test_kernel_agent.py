@@ -194,14 +194,30 @@ def test_writes_are_atomic_and_leave_no_temp_files(agent, monkeypatch) -> None:
     assert list(a.path.parent.iterdir()) == []
 
 
-def test_planted_symlink_at_the_temp_name_is_not_followed(agent, tmp_path: Path) -> None:
+def test_what_a_stranger_plants_at_a_temp_name_is_neither_followed_nor_published(
+    agent, tmp_path: Path
+) -> None:
+    """A runtime dir others can write: the kernel's PID and id are public, so once the temp name
+    was predictable (``.<name>.<pid>.tmp``), a symlink there redirected the write, a FIFO hung the
+    writer and a file of the attacker's own was published under our name."""
     a = agent()
     victim = tmp_path / "victim"
     victim.write_text("untouched")
-    (tmp_path / f".{a.path.name}.{os.getpid()}.tmp").symlink_to(victim)
-    with pytest.raises(OSError):
-        a.publish()
-    assert victim.read_text() == "untouched" and not a.path.exists()
+    predictable = tmp_path / f".{a.path.name}.{os.getpid()}.tmp"
+    predictable.symlink_to(victim)
+    a.publish()
+    assert victim.read_text() == "untouched"
+    info = os.stat(a.path, follow_symlinks=False)
+    assert stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077 == 0
+    predictable.unlink()
+    os.mkfifo(predictable, 0o666)
+    publishing = threading.Thread(target=a.publish, daemon=True)
+    publishing.start()
+    publishing.join(timeout=5)
+    if publishing.is_alive():  # free the blocked writer before failing
+        os.close(os.open(predictable, os.O_RDONLY | os.O_NONBLOCK))
+    assert not publishing.is_alive()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([a.path.name, predictable.name, "victim"])
 
 
 def test_remove_spares_a_file_of_another_process(agent) -> None:
