@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -131,6 +133,39 @@ def test_a_failing_cell_keeps_its_traceback_and_is_still_profiled(notebook):
     assert "profile_magic.py" not in traceback  # the magic's own frames stay hidden
     _, out = run(client, "print(z.item())")
     assert outputs(out, "stream")[0]["text"].strip() == "3.0"
+
+
+SHARED = Path("/dev/shm")  # another filesystem than /tmp, where the trace is exported first
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs /dev/shm, a filesystem apart from /tmp")
+def test_a_symlink_planted_at_the_trace_name_is_replaced_not_written_through(tmp_path):
+    """A shared course folder: a stranger plants ``lesson-In<n>.pt.trace.json`` links to the
+    victim's files for the cells to come; profiling must not overwrite what they point at."""
+    folder = Path(tempfile.mkdtemp(dir=SHARED))
+    victim = tmp_path / "bashrc"
+    victim.write_text("precious")
+    for n in range(1, 8):
+        (folder / f"lesson-In{n}.pt.trace.json").symlink_to(victim)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        JPY_SESSION_NAME=str(folder / "lesson.ipynb"),
+    )
+    manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(folder))
+    try:
+        assert run(client, "%load_ext jupyter_gpu")[0]["status"] == "ok"
+        reply, messages = run(client, "%%gpu_profile\nimport torch\nv = torch.ones(8) * 2")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    trace = folder / f"lesson-In{reply['execution_count']}.pt.trace.json"
+    try:
+        assert victim.read_text() == "precious"
+        assert not trace.is_symlink() and json.loads(trace.read_text())["traceEvents"]
+        assert f"trace saved to {trace}" in shown(messages)[0]
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_an_unwritable_trace_path_is_a_clear_error_and_the_profile_is_still_shown(notebook):

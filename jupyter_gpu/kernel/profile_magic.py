@@ -8,6 +8,7 @@ error keeps its traceback (the profile of what ran is shown first).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -92,9 +93,12 @@ class ProfileMagics(ShellMagics):
             raise UsageError(f"--top must be between 1 and {MAX_TOP}.")
         if args.sort == "memory" and not args.memory:
             raise UsageError("--sort memory needs --memory (allocations are recorded only then).")
-        target = Path(args.trace).expanduser() if args.trace else default_trace_path(self.ipython)
-        if target.is_dir():
-            target = target / default_trace_path(self.ipython).name
+        if args.trace:
+            target = Path(args.trace).expanduser()
+            if target.is_dir():  # a folder the user named (a link to one of theirs included)
+                target = target / default_trace_path(self.ipython).name
+        else:  # a file name in the notebook's folder, which others may write to: never followed
+            target = default_trace_path(self.ipython)
         # kineto prints its start and stop to the process's stderr, which lands in the cell.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         import torch
@@ -130,11 +134,27 @@ def _result(profiler: Any, facts: Facts, args: Any, target: Path, wall_us: float
         result = analyse(trace, facts, sort=args.sort, top=args.top)
         result.wall_us = wall_us
         try:
-            shutil.move(exported, target)
+            _place(exported, target)
             result.trace_path = str(target)
         except OSError as error:
             result.trace_error = f"{target}: {error.strerror or error}"
     return result
+
+
+def _place(exported: Path, target: Path) -> None:
+    """Put the trace at ``target`` without writing through anything planted there (a notebook's
+    folder may be shared): a new file of our own beside it, then a rename, which replaces a
+    symlink at ``target`` instead of following it. (``shutil.move`` across filesystems opens the
+    destination, and so writes through a link into whatever file it names.)"""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, exported.open("rb") as src:
+            shutil.copyfileobj(src, out)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def register(ipython: InteractiveShell) -> Callable[[], None]:
