@@ -20,8 +20,10 @@ from ..client import Server, ServerError, Unreachable
 from .view import BadReply, Reading, UserServer, check_kernels, check_telemetry
 
 log = logging.getLogger("jupyter_gpu.hub")
-# A kernels reply of a server with a few hundred kernels is well under this.
+# A kernels reply of a server with a few hundred kernels is well under this; a telemetry reply
+# asked for the latest sample only is tens of kB. Bounded, because every server is read at once.
 MAX_KERNELS_REPLY = 4 * 2**20
+MAX_TELEMETRY_REPLY = 2**20
 # Minted per action, revoked right after: a minute is more than one DELETE needs.
 ACTION_TOKEN_SECONDS = 60
 # Reading a server's figures: minted per server, reused until this close to expiry, revoked when
@@ -144,7 +146,11 @@ class Hub:
             kernels, telemetry = await asyncio.gather(
                 at.get_async("api/gpu/kernels", timeout=self.timeout, max_bytes=MAX_KERNELS_REPLY),
                 # since=now: the latest sample only, without the history
-                at.get_async(f"api/gpu/telemetry?since={time.time():.3f}", timeout=self.timeout),
+                at.get_async(
+                    f"api/gpu/telemetry?since={time.time():.3f}",
+                    timeout=self.timeout,
+                    max_bytes=MAX_TELEMETRY_REPLY,
+                ),
             )
         except ServerError as error:
             # The proxy answers 502/503 for a server whose process is gone.
