@@ -238,13 +238,27 @@ def test_kernel_times_agree_with_torchs_own_figures(tmp_path):
     prof.export_chrome_trace(str(tmp_path / "t.json"))
     result = analyse(json.loads((tmp_path / "t.json").read_text()), top=50)
     assert result.gpu is not None
+    rows = {e.key: e for e in prof.key_averages()}
+    seen = {
+        k: (r.count, r.self_device_time_total, r.device_time_total)
+        for k, r in rows.items()
+        if r.device_time_total
+    }
+    print("ours:", [(k.name[:60], k.calls, k.device_us) for k in result.kernels], "torch:", seen)
+    # each GPU kernel: as many calls and as much device time as torch's own row for it
+    for kernel in result.kernels:
+        row = rows.get(kernel.name)
+        assert row is not None, f"torch has no row for {kernel.name}: {seen}"
+        assert kernel.calls == row.count, seen
+        assert kernel.device_us == pytest.approx(row.self_device_time_total, rel=0.01), seen
     ours = sum(k.device_us for k in result.kernels)
-    # torch's own figure for the one operator the loop runs (summing every row of
-    # key_averages() counts a kernel's time again under its operator and the annotation)
-    theirs = next(e.device_time_total for e in prof.key_averages() if e.key == "aten::mm")
-    assert ours == pytest.approx(theirs, rel=0.02)
     mm = next(s for s in result.ops if s.name == "aten::mm")
-    assert mm.calls == 20 and mm.device_us == pytest.approx(ours, rel=0.02)
+    assert mm.calls == 20 and mm.device_us == pytest.approx(ours, rel=0.01)
+    # and the operator's own device time as torch sums it. Not its device_time_total: on the H200
+    # torch 2.11 charges CUPTI's "Activity Buffer Request" (341 µs, the profiler's own buffer
+    # set-up, not a kernel) to the first operator, which made that figure 5 % larger than the
+    # kernels' time.
+    assert mm.device_us == pytest.approx(rows["aten::mm"].self_device_time_total, rel=0.01), seen
     assert 0.5 < result.busy_share <= 1.0
 
 
