@@ -476,6 +476,7 @@ def test_preflight_nccl_env_runs_nccl_on_the_gpus(env, code, words):
     print(done.stdout)
     assert done.returncode == code, done.stdout + done.stderr
     assert words in done.stdout.strip().splitlines()[-1]
+    assert "0.00 GB/s" not in done.stdout  # one rank moves nothing: no bandwidth is claimed
 
 
 # -- a real kernel: no diagnostic magic initialises CUDA -------------------------------------------

@@ -290,10 +290,14 @@ def run_nccl_env(args: argparse.Namespace) -> int:
         for c in checks
     ]
     if result is not None:
-        state = (
-            f"{result.bus_bandwidth_gbps:.2f} GB/s bus bandwidth" if result.ok else f"FAIL  {result.error}"
-        )
-        lines.append(f"all-reduce ({result.backend}, {result.world_size} ranks): {state}")
+        if not result.ok:
+            state = f"FAIL  {result.error}"
+        elif result.world_size == 1:  # nothing crosses between GPUs, so a bandwidth would read 0
+            state = "worked (one rank: no bandwidth to measure)"
+        else:
+            state = f"{result.bus_bandwidth_gbps:.2f} GB/s bus bandwidth"
+        ranks = f"{result.world_size} rank{'s' if result.world_size != 1 else ''}"
+        lines.append(f"all-reduce ({result.backend}, {ranks}): {state}")
     lines.append(verdict)
     print("\n".join(lines))
     return code
