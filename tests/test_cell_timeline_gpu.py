@@ -34,20 +34,20 @@ def keep(name: str, gib: int) -> str:
 
 async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serverapp, kernel_env, tmp_path):  # noqa: F811
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
-        assert await cells.run("import torch", "imports") == "ok"
-        assert await cells.run("print(torch.cuda.is_initialized())", "asks") == "ok"
-        assert cells.output.strip() == "False"  # recording two cells initialised nothing
-        for name, gib in (("a", 1), ("b", 2), ("c", 4)):
-            assert await cells.run(keep(name, gib), f"keep-{gib}") == "ok"
-        assert await cells.run(keep("t", 8) + "\ndel t", "free-8") == "ok"
-        # torch's own figures, read after the cells (the timeline never resets the peak)
+        assert (await cells.run("import torch", "imports")).status == "ok"
+        asks = await cells.run("print(torch.cuda.is_initialized())", "asks")
         assert (
-            await cells.run(
-                "print(torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated())", "torch"
-            )
-            == "ok"
+            asks.status == "ok" and asks.output.strip() == "False"
+        )  # recording two cells initialised nothing
+        for name, gib in (("a", 1), ("b", 2), ("c", 4)):
+            assert (await cells.run(keep(name, gib), f"keep-{gib}")).status == "ok"
+        assert (await cells.run(keep("t", 8) + "\ndel t", "free-8")).status == "ok"
+        # torch's own figures, read after the cells (the timeline never resets the peak)
+        figures = await cells.run(
+            "print(torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated())", "torch"
         )
-        allocated, peak = map(int, cells.output.split())
+        assert figures.status == "ok"
+        allocated, peak = map(int, figures.output.split())
         pid = jp_serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
 
         async def all_cells():
@@ -85,13 +85,12 @@ async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serve
 
 async def test_an_oom_names_the_cell_that_holds_the_most(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
-        assert await cells.run("import torch", "imports") == "ok"
-        assert await cells.run(keep("small", 1), "small") == "ok"
-        assert await cells.run(keep("big", 6), "big") == "ok"
-        assert (
-            await cells.run("huge = torch.empty(2**40, dtype=torch.uint8, device='cuda')", "huge") == "error"
-        )
-        out = cells.output
+        assert (await cells.run("import torch", "imports")).status == "ok"
+        assert (await cells.run(keep("small", 1), "small")).status == "ok"
+        assert (await cells.run(keep("big", 6), "big")).status == "ok"
+        huge = await cells.run("huge = torch.empty(2**40, dtype=torch.uint8, device='cuda')", "huge")
+        assert huge.status == "error"
+        out = huge.output
 
         async def recorded():
             body = await get_cells(jp_fetch, kernel_id)

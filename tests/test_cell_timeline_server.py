@@ -11,6 +11,7 @@ import os
 import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from kernel_client import CellRunner
 from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import SCHEMAS, wait_for
 from test_server_kernels import start_notebook_kernel
@@ -39,72 +40,24 @@ async def first_cells(jp_fetch, kernel_id: str) -> dict:
     return await wait_for(recorded, timeout=30)
 
 
-class Cells:
-    """Runs cells in a server-managed kernel as JupyterLab does: with ``cellId`` metadata."""
-
-    def __init__(self, kernel, kernel_manager, kernel_id: str) -> None:
-        self.client = kernel.client()
-        self.kernel_manager = kernel_manager
-        self.kernel_id = kernel_id
-
-    async def run(self, code: str, cell_id: str | None = None, *, interrupt: bool = False) -> str:
-        """The cell's outcome as the kernel replied: 'ok', 'error' or 'aborted'."""
-        content = {
-            "code": code,
-            "silent": False,
-            "store_history": True,
-            "user_expressions": {},
-            "allow_stdin": False,
-            "stop_on_error": True,
-        }
-        msg = self.client.session.msg(
-            "execute_request", content, metadata={"cellId": cell_id} if cell_id else {}
-        )
-        self.client.shell_channel.send(msg)
-        msg_id = msg["header"]["msg_id"]
-        self.output = ""  # what the cell printed, tracebacks included
-        while True:
-            out = await self.client.get_iopub_msg(timeout=120)
-            if out["parent_header"].get("msg_id") != msg_id:
-                continue
-            if out["msg_type"] == "stream":
-                self.output += out["content"]["text"]
-            elif out["msg_type"] == "error":
-                self.output += "\n".join(out["content"]["traceback"])
-            if interrupt and out["msg_type"] == "stream" and "started" in out["content"]["text"]:
-                await self.kernel_manager.interrupt_kernel(self.kernel_id)
-            if out["msg_type"] == "status" and out["content"]["execution_state"] == "idle":
-                break
-        while True:
-            reply = await self.client.get_shell_msg(timeout=60)
-            if reply["parent_header"].get("msg_id") == msg_id:
-                return reply["content"]["status"]
-
-
 @contextlib.asynccontextmanager
 async def notebook(jp_fetch, jp_serverapp):
-    """A notebook's kernel with jupyter_gpu loaded, and a way to run its cells."""
+    """A notebook's kernel with jupyter_gpu loaded, and a front end to run its cells."""
     kernel_id = await start_notebook_kernel(jp_fetch, "course/timeline.ipynb")
-    kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    cells = Cells(kernel, jp_serverapp.kernel_manager, kernel_id)
-    cells.client.start_channels()
-    try:
-        await cells.client.wait_for_ready(timeout=60)
-        assert await cells.run("%load_ext jupyter_gpu") == "ok"
+    async with CellRunner(jp_serverapp.kernel_manager.get_kernel(kernel_id)) as cells:
+        assert (await cells.run("%load_ext jupyter_gpu")).status == "ok"
         yield kernel_id, cells
-    finally:
-        cells.client.stop_channels()
 
 
 async def test_the_route_lists_each_cell_with_its_number_cell_id_and_outcome(
     jp_fetch, jp_serverapp, kernel_env
 ):  # noqa: F811
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
-        assert await cells.run("x = 1", "cell-ok") == "ok"
-        assert await cells.run("1 / 0", "cell-error") == "error"
+        assert (await cells.run("x = 1", "cell-ok")).status == "ok"
+        assert (await cells.run("1 / 0", "cell-error")).status == "error"
         slow = "import time\nprint('started', flush=True)\ntime.sleep(60)"
-        assert await cells.run(slow, "cell-slow", interrupt=True) == "error"
-        assert await cells.run("y = 2") == "ok"  # a front end that sends no cell id
+        assert (await cells.run(slow, "cell-slow", interrupt_on="started")).status == "error"
+        assert (await cells.run("y = 2")).status == "ok"  # a front end that sends no cell id
 
         async def four_cells():
             body = await get_cells(jp_fetch, kernel_id)
@@ -127,7 +80,7 @@ async def test_the_route_lists_each_cell_with_its_number_cell_id_and_outcome(
 
 async def test_the_cells_outlive_the_kernels_files_and_go_with_the_kernel(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
-        assert await cells.run("z = 3", "kept") == "ok"
+        assert (await cells.run("z = 3", "kept")).status == "ok"
         await first_cells(jp_fetch, kernel_id)
         # The kernel idles: its stats file ages, and its timeline file may go (e.g. a cleaned /tmp).
         path = os.path.join(jp_serverapp.runtime_dir, cells_file_name(kernel_id))
@@ -144,7 +97,7 @@ async def test_the_cells_outlive_the_kernels_files_and_go_with_the_kernel(jp_fet
 async def test_a_file_claiming_another_kernel_is_ignored(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
     """A cells file written for kernel A but placed under kernel B's name adds nothing to B."""
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
-        assert await cells.run("a = 1", "real") == "ok"
+        assert (await cells.run("a = 1", "real")).status == "ok"
         await first_cells(jp_fetch, kernel_id)
         path = os.path.join(jp_serverapp.runtime_dir, cells_file_name(kernel_id))
         forged = json.loads(open(path, "rb").read())

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from kernel_client import run_cell
 from test_cli import ENV, cli, one_line_error
 from test_server_api import get, wait_for
-from test_server_kernels import children, kernel_on_gpu, run_cell  # noqa: F401 -- children is a fixture
+from test_server_kernels import children, kernel_on_gpu  # noqa: F401 -- children is a fixture
 
 from jupyter_gpu import client
 from jupyter_gpu.client import MAX_REPLY_BYTES, Server, ServerError, discover

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_client import run_cell
 from test_server_api import get, wait_for
-from test_server_kernels import run_cell, start_notebook_kernel
+from test_server_kernels import start_notebook_kernel
 
 pytestmark = pytest.mark.gpu
 MIB = 1024**2

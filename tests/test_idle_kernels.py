@@ -11,10 +11,11 @@ import time
 
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
+from kernel_client import run_cell
 from test_cli import ENV
 from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import get, wait_for
-from test_server_kernels import run_cell, start_notebook_kernel
+from test_server_kernels import start_notebook_kernel
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu.server.culler import EVENT_ID

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from kernel_client import run_cell
 from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import get, wait_for
-from test_server_kernels import run_cell, start_notebook_kernel
+from test_server_kernels import start_notebook_kernel
 
 pytestmark = pytest.mark.gpu
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from kernel_client import execute
 from test_server_kernels import start_notebook_kernel
 
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
@@ -19,33 +20,6 @@ REPO = Path(__file__).resolve().parent.parent
 def kernel_env(monkeypatch) -> None:
     """Kernels started by the in-process server inherit this: they import jupyter_gpu from here."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-
-
-async def execute(kernel, code: str, order: list[str] | None = None) -> tuple[str, str]:
-    """Run code in a server-managed kernel; its stdout and, if it failed, the traceback.
-
-    ``order`` receives the types of the output messages as they arrived.
-    """
-    client = kernel.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
-        msg_id = client.execute(code)
-        out, error = "", ""
-        while True:
-            msg = await client.get_iopub_msg(timeout=120)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if order is not None and msg["msg_type"] in ("stream", "error"):
-                order.append(msg["msg_type"])
-            if msg["msg_type"] == "stream":
-                out += msg["content"]["text"]
-            elif msg["msg_type"] == "error":
-                error = "\n".join(msg["content"]["traceback"])
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return out, error
-    finally:
-        client.stop_channels()
 
 
 async def poll(check, timeout: float = 20.0):
@@ -62,10 +36,8 @@ async def poll(check, timeout: float = 20.0):
 async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_env):
     kernel_id = await start_notebook_kernel(jp_fetch, "work/analysis.ipynb")
     kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
-    out, error = await execute(
-        kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())"
-    )
-    assert error == "" and out.strip() == "False"
+    cell = await execute(kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())")
+    assert cell.traceback == "" and cell.printed.strip() == "False"
     stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats)
     assert stats["pid"] == kernel.provisioner.pid
     assert stats["cuda_in_use"] is False and stats["devices"] == []
@@ -75,8 +47,8 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
         return later if later and later["time"] > stats["time"] else None
 
     await poll(a_later_write)  # the agent ran again with torch imported...
-    out, _ = await execute(kernel, "print(torch.cuda.is_initialized())")
-    assert out.strip() == "False"  # ...and did not initialise CUDA
+    cell = await execute(kernel, "print(torch.cuda.is_initialized())")
+    assert cell.printed.strip() == "False"  # ...and did not initialise CUDA
     await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
     assert read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats is None
     path = Path(jp_serverapp.runtime_dir) / f"jupyter_gpu-kernel-{kernel_id}.json"
@@ -85,14 +57,13 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
 
 async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp, kernel_env):
     kernel = jp_serverapp.kernel_manager.get_kernel(await start_notebook_kernel(jp_fetch, "oom.ipynb"))
-    order: list[str] = []
     message = "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 3.00 GiB is free."
-    out, error = await execute(
-        kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})", order
+    cell = await execute(
+        kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})"
     )
-    assert "OutOfMemoryError" in error and message in error
-    assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in out
-    assert order == ["error", "stream"]
+    assert "OutOfMemoryError" in cell.traceback and message in cell.traceback
+    assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in cell.printed
+    assert cell.order == ["error", "stream"]
 
 
 @pytest.mark.gpu
@@ -100,7 +71,7 @@ async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp,
 async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, kernel_env, gpu_monitor_config):
     manager = jp_serverapp.kernel_manager
     hog = manager.get_kernel(await start_notebook_kernel(jp_fetch, "team/hog.ipynb"))
-    out, error = await execute(
+    held = await execute(
         hog,
         (
             "import torch\n"
@@ -109,10 +80,10 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
             "print('held')"
         ),
     )
-    assert out.strip() == "held", error
+    assert held.printed.strip() == "held", held.traceback
     victim_id = await start_notebook_kernel(jp_fetch, "me/victim.ipynb")
     victim = manager.get_kernel(victim_id)
-    out, error = await execute(
+    cell = await execute(
         victim,
         (
             "%load_ext jupyter_gpu\n"
@@ -120,9 +91,9 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
             "y = torch.empty(torch.cuda.mem_get_info(0)[1] // 2, dtype=torch.uint8, device='cuda:0')"
         ),
     )
-    assert "OutOfMemoryError" in error  # the original traceback is still there
-    assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in out
-    assert "notebook team/hog.ipynb" in out
+    assert "OutOfMemoryError" in cell.traceback  # the original traceback is still there
+    assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in cell.printed
+    assert "notebook team/hog.ipynb" in cell.printed
 
     def oom_recorded():  # files written before the cell's OOM (even after CUDA started) lack it
         stats = read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats
@@ -130,4 +101,4 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
 
     stats = await poll(oom_recorded)
     assert stats["cuda_in_use"] is True
-    print(out)
+    print(cell.printed)

@@ -19,9 +19,10 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from kernel_client import run_cell
 from test_kernel_stats import _device
 from test_server_api import get, wait_for
-from test_server_kernels import run_cell, start_notebook_kernel
+from test_server_kernels import start_notebook_kernel
 from test_server_stats_files import publish, stats_doc
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from kernel_client import run_cell
 from test_server_api import get, wait_for
 
 GIB = 1024**3
@@ -21,18 +22,8 @@ async def start_notebook_kernel(jp_fetch, path: str) -> str:
 
 async def spawn_child_in_kernel(kernel) -> int:
     """Make the kernel start a child process (like a DataLoader worker) and return its PID."""
-    client = kernel.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
-        code = "import subprocess; _child = subprocess.Popen(['sleep', '120']); print(_child.pid)"
-        msg_id = client.execute(code)
-        while True:
-            msg = await client.get_iopub_msg(timeout=30)
-            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
-                return int(msg["content"]["text"].strip())
-    finally:
-        client.stop_channels()
+    code = "import subprocess; _child = subprocess.Popen(['sleep', '120']); print(_child.pid)"
+    return int(await run_cell(kernel, code))
 
 
 @pytest.fixture
@@ -113,28 +104,6 @@ async def test_kernel_without_gpu_memory_is_listed_with_none(jp_fetch, gpu_monit
     body = await get(jp_fetch, "kernels")
     kernel = next(k for k in body["kernels"] if k["id"] == kernel_id)
     assert kernel["path"] == "cpu-only.ipynb" and kernel["gpu_memory"] == []
-
-
-async def run_cell(kernel, code: str) -> str:
-    """Execute code in a kernel of this server and return what it printed."""
-    client = kernel.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=60)
-        msg_id = client.execute(code)
-        text = ""
-        while True:
-            msg = await client.get_iopub_msg(timeout=60)
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream":
-                text += msg["content"]["text"]
-            elif msg["msg_type"] == "error":
-                raise AssertionError("\n".join(msg["content"]["traceback"]))
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return text
-    finally:
-        client.stop_channels()
 
 
 async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_monitor, monkeypatch):
