@@ -4,8 +4,6 @@
  * window selector. It draws from GpuModel's one telemetry poll; while it is
  * on screen that poll runs, and nothing more is requested.
  */
-import { VDomRenderer } from '@jupyterlab/ui-components';
-import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { formatAge } from './format';
@@ -18,6 +16,7 @@ import {
   UtilisationChart
 } from './gpuCharts';
 import { GpuModel, MAX_WINDOW_SECONDS } from './model';
+import { OnScreenRenderer } from './onScreen';
 import { viewRange, windowCut } from './series';
 import { deviceFor } from './shape';
 
@@ -25,30 +24,14 @@ import { deviceFor } from './shape';
 export const WINDOWS = [60, 300, 600, MAX_WINDOW_SECONDS];
 const HEIGHT = 150;
 
-export class GpuDashboard extends VDomRenderer<GpuModel> {
+export class GpuDashboard extends OnScreenRenderer<GpuModel> {
   constructor(model: GpuModel) {
     super(model);
     this.addClass('jp-gpu-dashboard');
   }
 
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this.model.setDashboardVisible(true);
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.setDashboardVisible(false);
-  }
-
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    this.model.setDashboardVisible(this.isVisible);
-  }
-
-  protected onBeforeDetach(msg: Message): void {
-    this.model.setDashboardVisible(false);
-    super.onBeforeDetach(msg);
+  protected showing(visible: boolean): void {
+    this.model.setDashboardVisible(visible);
   }
 
   render(): JSX.Element {

@@ -2,8 +2,6 @@
  * The "GPU" sidebar panel: one card per GPU, who holds GPU memory, and the
  * no-GPU state. Rendering only; the data comes from GpuModel.
  */
-import { VDomRenderer } from '@jupyterlab/ui-components';
-import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { CellTimeline } from './cellTimeline';
@@ -24,6 +22,7 @@ import { MemoryChart, UtilisationChart } from './gpuCharts';
 import { idleLabel } from './idle';
 import { KernelActions } from './kernelActions';
 import { GpuModel } from './model';
+import { OnScreenRenderer } from './onScreen';
 import { viewRange, windowCut } from './series';
 import {
   deviceFor,
@@ -49,31 +48,15 @@ export interface INotebookLinks {
   revealCell: (path: string, cell: Cell) => void;
 }
 
-export class GpuPanel extends VDomRenderer<GpuModel> {
+export class GpuPanel extends OnScreenRenderer<GpuModel> {
   constructor(model: GpuModel, links: INotebookLinks) {
     super(model);
     this._links = links;
     this.addClass('jp-gpu-panel');
   }
 
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this.model.setPanelVisible(true);
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.setPanelVisible(false);
-  }
-
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    this.model.setPanelVisible(this.isVisible);
-  }
-
-  protected onBeforeDetach(msg: Message): void {
-    this.model.setPanelVisible(false);
-    super.onBeforeDetach(msg);
+  protected showing(visible: boolean): void {
+    this.model.setPanelVisible(visible);
   }
 
   render(): JSX.Element {

@@ -3,42 +3,23 @@
  * Clicking it opens the GPU panel.
  */
 import { TextItem } from '@jupyterlab/statusbar';
-import { VDomRenderer } from '@jupyterlab/ui-components';
-import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { gpuIcon } from './icon';
 import { GpuModel } from './model';
+import { OnScreenRenderer } from './onScreen';
 import { statusText } from './summary';
 
-export class GpuStatus extends VDomRenderer<GpuModel> {
+export class GpuStatus extends OnScreenRenderer<GpuModel> {
   constructor(model: GpuModel, open: () => void) {
     super(model);
-    this._open = open;
     this.addClass('jp-gpu-status');
     this.node.setAttribute('role', 'button');
+    this.node.addEventListener('click', open);
   }
 
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    this.node.addEventListener('click', this._open);
-    this.model.setStatusBarVisible(true);
-  }
-
-  protected onBeforeDetach(msg: Message): void {
-    this.node.removeEventListener('click', this._open);
-    this.model.setStatusBarVisible(false);
-    super.onBeforeDetach(msg);
-  }
-
-  protected onAfterShow(msg: Message): void {
-    super.onAfterShow(msg);
-    this.model.setStatusBarVisible(true);
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    this.model.setStatusBarVisible(false);
+  protected showing(visible: boolean): void {
+    this.model.setStatusBarVisible(visible);
   }
 
   render(): JSX.Element {
@@ -56,6 +37,4 @@ export class GpuStatus extends VDomRenderer<GpuModel> {
       </>
     );
   }
-
-  private _open: () => void;
 }
