@@ -16,13 +16,13 @@ water, the ones that matter when it fills up, are always exact.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .stats_file import KERNEL_ID, MAX_COUNT, MAX_DEVICES, MAX_PID
+from .bounded import MAX_COUNT, is_int, is_number
+from .stats_file import KERNEL_ID, MAX_DEVICES, MAX_PID
 
 VERSION = 1
 FILE_PREFIX = "jupyter_gpu-cells-"
@@ -146,16 +146,8 @@ def cell_record(
 # -- what the server reads back ------------------------------------------------------------
 
 
-def _is_int(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _is_time(value: Any) -> bool:
-    return (isinstance(value, float) and math.isfinite(value) and value >= 0) or _is_int(value, 0, MAX_COUNT)
-
-
 def _nullable_int(value: Any, low: int, high: int) -> bool:
-    return value is None or _is_int(value, low, high)
+    return value is None or is_int(value, low, high)
 
 
 _GPU_FIELDS: tuple[tuple[str, int, int, bool], ...] = (
@@ -172,7 +164,7 @@ _GPU_FIELDS: tuple[tuple[str, int, int, bool], ...] = (
 def _gpu(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, "a gpu entry is not an object"
-    if not _is_int(raw.get("index"), 0, MAX_DEVICES - 1):
+    if not is_int(raw.get("index"), 0, MAX_DEVICES - 1):
         return None, f"a gpu index is not an integer from 0 to {MAX_DEVICES - 1}"
     uuid = raw.get("uuid")
     if uuid is not None and not (isinstance(uuid, str) and len(uuid) <= 128):
@@ -180,7 +172,7 @@ def _gpu(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     out: dict[str, Any] = {"index": raw["index"], "uuid": uuid}
     for name, low, high, nullable in _GPU_FIELDS:
         value = raw.get(name)
-        if not (_nullable_int(value, low, high) if nullable else _is_int(value, low, high)):
+        if not (_nullable_int(value, low, high) if nullable else is_int(value, low, high)):
             return None, f"{name} is not an integer within ±2**53"
         out[name] = value
     if (out["peak_allocated_bytes"] is None) == (out["peak_at_most_bytes"] is None):
@@ -205,7 +197,7 @@ def _gpus(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
 def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, "a cell is not an object"
-    if not _is_int(raw.get("seq"), 0, MAX_COUNT):
+    if not is_int(raw.get("seq"), 0, MAX_COUNT):
         return None, "seq is not a non-negative integer"
     if not _nullable_int(raw.get("execution_count"), 0, MAX_COUNT):
         return None, "execution_count is not a non-negative integer or null"
@@ -213,7 +205,7 @@ def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if cell_id is not None and not (isinstance(cell_id, str) and CELL_ID.fullmatch(cell_id)):
         return None, "cell_id is not a cell id (1 to 64 letters, digits, '-' or '_')"
     for name in ("start", "end", "wall_seconds"):
-        if not _is_time(raw.get(name)):
+        if not is_number(raw.get(name), 0):
             return None, f"{name} is not a finite non-negative number"
     if raw["end"] < raw["start"]:
         return None, "a cell ends before it starts"
@@ -227,7 +219,7 @@ def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"ranks is not a list of at most {MAX_RANKS} entries"
     clean_ranks: list[dict[str, Any]] = []
     for entry in ranks:
-        if not isinstance(entry, dict) or not _is_int(entry.get("rank"), 0, MAX_COUNT):
+        if not isinstance(entry, dict) or not is_int(entry.get("rank"), 0, MAX_COUNT):
             return None, "a rank entry has no rank number"
         if any(r["rank"] == entry["rank"] for r in clean_ranks):
             return None, f"rank {entry['rank']} is listed twice in a cell"
@@ -257,7 +249,7 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         return None, f"unsupported version {doc.get('version')!r}"
     if doc.get("kernel_id") != kernel_id:
         return None, "kernel_id does not match the file name"
-    if not _is_int(doc.get("pid"), 1, MAX_PID):
+    if not is_int(doc.get("pid"), 1, MAX_PID):
         return None, f"pid is not an integer from 1 to {MAX_PID}"
     cells = doc.get("cells")
     if not isinstance(cells, list) or len(cells) > MAX_CELLS:

@@ -8,10 +8,10 @@ holding only the known fields.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
+from .bounded import MAX_COUNT, is_int, is_number
 from .fragmentation import POOLS, AllocatorFigures
 
 VERSION = 1
@@ -21,8 +21,6 @@ KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_DEVICES = 64
 # A 64-GPU record is ~40 KiB; anything much bigger is not an agent's.
 MAX_BYTES = 256 * 1024
-# Counts and byte sizes a double holds exactly; far above any GPU's memory (2**53 B = 8 PiB).
-MAX_COUNT = 2**53
 # Linux's PID_MAX_LIMIT; other systems stay below it.
 MAX_PID = 2**22
 
@@ -76,23 +74,11 @@ def device_record(
     }
 
 
-def _is_count(value: Any, limit: int = MAX_COUNT) -> bool:
-    """An int (bools are not) in ``0..limit``."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
-
-
-def _is_number(value: Any) -> bool:
-    """A finite float, or an int no bigger than a float holds exactly (``isfinite(10**400)`` raises)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_COUNT
-
-
 def _device(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, dict):
         return None, "device entry is not an object"
     out: dict[str, Any] = {}
-    if not _is_count(raw.get("index"), MAX_DEVICES - 1):
+    if not is_int(raw.get("index"), 0, MAX_DEVICES - 1):
         return None, f"device index is not an integer from 0 to {MAX_DEVICES - 1}"
     out["index"] = raw["index"]
     uuid = raw.get("uuid")
@@ -100,25 +86,25 @@ def _device(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         return None, "device uuid is not a short string"
     out["uuid"] = uuid
     for key in _COUNTS:
-        if not _is_count(raw.get(key)):
+        if not is_int(raw.get(key), 0, MAX_COUNT):
             return None, f"{key} is not an integer from 0 to 2**53"
         out[key] = raw[key]
     fragmentation = raw.get("fragmentation")
-    if fragmentation is not None and not (_is_number(fragmentation) and 0 <= fragmentation <= 1):
+    if fragmentation is not None and not is_number(fragmentation, 0, 1):
         return None, "fragmentation is not a number between 0 and 1"
     out["fragmentation"] = fragmentation
     largest = raw.get("largest_free_block_bytes")
     if largest is not None:
-        if not (isinstance(largest, dict) and all(_is_count(largest.get(p)) for p in POOLS)):
+        if not (isinstance(largest, dict) and all(is_int(largest.get(p), 0, MAX_COUNT) for p in POOLS)):
             return None, "largest_free_block_bytes is not a per-pool object of integers up to 2**53"
         largest = {p: largest[p] for p in POOLS}
     out["largest_free_block_bytes"] = largest
     segments = raw.get("segments")
-    if segments is not None and not _is_count(segments):
+    if segments is not None and not is_int(segments, 0, MAX_COUNT):
         return None, "segments is not an integer from 0 to 2**53"
     out["segments"] = segments
     snapshot_time = raw.get("snapshot_time")
-    if snapshot_time is not None and not _is_number(snapshot_time):
+    if snapshot_time is not None and not is_number(snapshot_time):
         return None, "snapshot_time is not a finite number"
     out["snapshot_time"] = snapshot_time
     expandable = raw.get("expandable_segments")
@@ -137,9 +123,9 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
     if doc.get("kernel_id") != kernel_id:
         return None, "kernel_id does not match the file name"
     pid = doc.get("pid")
-    if not (isinstance(pid, int) and _is_count(pid, MAX_PID) and pid > 0):
+    if not is_int(pid, 1, MAX_PID):
         return None, f"pid is not an integer from 1 to {MAX_PID}"
-    if not _is_number(doc.get("time")):
+    if not is_number(doc.get("time")):
         return None, "time is not a finite number"
     if not isinstance(doc.get("cuda_in_use"), bool):
         return None, "cuda_in_use is not a boolean"
