@@ -44,11 +44,55 @@ def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_da
         ),
         ({"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "idle_holding": 1}]}, "idle_holding"),
         ({"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "idle_seconds": "long"}]}, "idle_seconds"),
+        # out of bounds, as json.loads reads a hostile server's reply
+        pytest.param(
+            {
+                "version": 1,
+                "kernels": [{"id": "k", "gpu_memory": [{"gpu_index": 0, "used_memory_bytes": 10**400}]}],
+            },
+            "gpu_memory",
+            id="used-10**400",
+        ),
+        (
+            {
+                "version": 1,
+                "kernels": [{"id": "k", "gpu_memory": [{"gpu_index": True, "used_memory_bytes": 1}]}],
+            },
+            "gpu_memory",
+        ),
+        (
+            {"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "idle_seconds": float("inf")}]},
+            "idle_seconds",
+        ),
+        (
+            {"version": 1, "kernels": [{"id": "k", "gpu_memory": [], "last_activity": float("nan")}]},
+            "last_activity",
+        ),
     ],
 )
 def test_a_reply_of_the_wrong_shape_is_refused_with_what_is_wrong(reply, says):
     with pytest.raises(view.BadReply, match=says):
         view.check_kernels(reply)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("t", float("inf"), "not a sample"),
+        ("index", 2**53 + 1, "without an index"),
+        ("memory_used_bytes", 10**400, "memory_used_bytes"),
+        ("memory_total_bytes", -1, "memory_total_bytes"),
+    ],
+    ids=["t-inf", "index-2**53+1", "used-10**400", "total-negative"],
+)
+def test_a_telemetry_reply_out_of_bounds_is_refused(field, value, says):
+    reply = telemetry_reply(1.0)
+    if field == "t":
+        reply["latest"]["t"] = value
+    else:
+        reply["latest"]["gpus"][0][field] = value
+    with pytest.raises(view.BadReply, match=says):
+        view.check_telemetry(reply)
 
 
 def test_gpus_seen_by_several_servers_are_listed_once_and_no_student_can_hide_a_full_one():

@@ -3,7 +3,9 @@
 A user server's kernels reply is checked strictly here, field by field, for what this page reads,
 rather than against the whole kernels schema: a server one release older or newer (with or without
 the idle fields ``idle_seconds``/``idle_holding``/``last_activity``) still shows, while any field of
-the wrong type makes the server an error row instead of a wrong number on the page.
+the wrong type, or a number out of bounds (NaN, infinity, a count no float holds: ``format_bytes``
+of 10**400 raises), makes the server an error row instead of a wrong number on the page, or of a
+page that fails for every server because one student's server sent it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.bounded import MAX_COUNT, is_int, is_number
 from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from ..server.schema import VERSION
 
@@ -46,14 +49,6 @@ class Reading:
     gpus: list[dict[str, Any]] | None = None  # as check_telemetry passed them
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-
-
 def _need(ok: bool, what: str) -> None:
     if not ok:
         raise BadReply(what)
@@ -85,8 +80,8 @@ def check_kernels(data: Any) -> list[dict[str, Any]]:
         for row in rows:
             _need(
                 isinstance(row, dict)
-                and _is_int(row.get("gpu_index"))
-                and _is_int(row.get("used_memory_bytes")),
+                and is_int(row.get("gpu_index"), 0, MAX_COUNT)
+                and is_int(row.get("used_memory_bytes"), 0, MAX_COUNT),
                 f"{where}: a `gpu_memory` row without gpu_index and used_memory_bytes",
             )
         allocator = k.get("allocator")
@@ -96,12 +91,12 @@ def check_kernels(data: Any) -> list[dict[str, Any]]:
             for device in devices:
                 _need(
                     isinstance(device, dict)
-                    and _is_int(device.get("allocated_bytes"))
-                    and _is_int(device.get("reserved_bytes")),
+                    and is_int(device.get("allocated_bytes"), 0, MAX_COUNT)
+                    and is_int(device.get("reserved_bytes"), 0, MAX_COUNT),
                     f"{where}: an allocator device without allocated and reserved bytes",
                 )
         for field in ("idle_seconds", "last_activity"):
-            _need(k.get(field) is None or _is_number(k[field]), f"{where}: `{field}` is not a number")
+            _need(k.get(field) is None or is_number(k[field], 0), f"{where}: `{field}` is not a number")
         holding = k.get("idle_holding")
         _need(holding is None or isinstance(holding, bool), f"{where}: `idle_holding` is not true or false")
     return kernels
@@ -113,14 +108,17 @@ def check_telemetry(data: Any) -> list[dict[str, Any]]:
     latest = _check_version(data, "telemetry").get("latest")
     if latest is None:
         return []
-    _need(isinstance(latest, dict) and _is_number(latest.get("t")), "`latest` is not a sample")
+    _need(isinstance(latest, dict) and is_number(latest.get("t"), 0), "`latest` is not a sample")
     gpus: Any = latest.get("gpus")
     _need(isinstance(gpus, list), "`latest.gpus` is not a list")
     for gpu in gpus:
-        _need(isinstance(gpu, dict) and _is_int(gpu.get("index")), "a GPU without an index")
+        _need(isinstance(gpu, dict) and is_int(gpu.get("index"), 0, MAX_COUNT), "a GPU without an index")
         _need(gpu.get("uuid") is None or isinstance(gpu["uuid"], str), "a GPU whose uuid is not a string")
         for field in ("memory_used_bytes", "memory_total_bytes"):
-            _need(gpu.get(field) is None or _is_int(gpu[field]), f"a GPU whose `{field}` is not a byte count")
+            _need(
+                gpu.get(field) is None or is_int(gpu[field], 0, MAX_COUNT),
+                f"a GPU whose `{field}` is not a byte count",
+            )
     return [{**gpu, "t": latest["t"]} for gpu in gpus]
 
 
