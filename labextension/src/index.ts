@@ -1,8 +1,10 @@
 /**
  * jupyter-gpu: the GPU sidebar panel, its status-bar item and settings.
  */
+import { INotebookTree } from '@jupyter-notebook/tree';
 import {
   ILayoutRestorer,
+  IRouter,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -12,6 +14,7 @@ import {
   Notification,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -33,6 +36,13 @@ namespace CommandIDs {
   export const refresh = 'jupyter-gpu:refresh';
 }
 
+/**
+ * `?gpu-dashboard` in a page's address opens the dashboard: how a Notebook 7
+ * notebook page, whose main area holds the notebook, opens it on a file
+ * browser page of its own.
+ */
+const DASHBOARD_QUERY = 'gpu-dashboard';
+
 function readSettings(settings: ISettingRegistry.ISettings): IGpuSettings {
   const composite = settings.composite as Partial<IGpuSettings>;
   return { ...DEFAULT_SETTINGS, ...composite };
@@ -49,7 +59,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ILayoutRestorer,
     ICommandPalette,
     INotebookTracker,
-    ILauncher
+    ILauncher,
+    INotebookTree,
+    IRouter
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -58,7 +70,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     notebooks: INotebookTracker | null,
-    launcher: ILauncher | null
+    launcher: ILauncher | null,
+    tree: INotebookTree | null,
+    router: IRouter | null
   ) => {
     const model = new GpuModel(app.serviceManager.serverSettings);
     // The GPU culler's warnings and shutdowns arrive on jupyter_server's event stream.
@@ -90,7 +104,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: gpuIcon,
       execute: () => app.shell.activateById(panel.id)
     });
-    // The dashboard: a main-area widget over the same model (the one poll).
+    // The dashboard: a main-area widget over the same model (the one poll). In
+    // Notebook 7 a tab beside Files and Running on the file browser page.
     const dashboards = new WidgetTracker<MainAreaWidget<GpuDashboard>>({
       namespace: 'jupyter-gpu-dashboard'
     });
@@ -102,8 +117,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         const open = dashboards.currentWidget;
         if (open) {
+          if (tree) {
+            tree.currentWidget = open;
+          }
           app.shell.activateById(open.id);
           return open;
+        }
+        if (!tree && PageConfig.getOption('notebookPage')) {
+          // a Notebook 7 notebook, editor or console page: its main area is taken
+          const url = URLExt.join(PageConfig.getBaseUrl(), 'tree');
+          window.open(`${url}?${DASHBOARD_QUERY}`, '_blank');
+          return null;
         }
         const widget = new MainAreaWidget({ content: new GpuDashboard(model) });
         widget.id = 'jupyter-gpu-dashboard';
@@ -111,10 +135,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
         widget.title.icon = gpuIcon;
         widget.title.closable = true;
         void dashboards.add(widget);
-        app.shell.add(widget, 'main');
+        if (tree) {
+          tree.addWidget(widget);
+          tree.currentWidget = widget;
+        } else {
+          app.shell.add(widget, 'main');
+        }
         return widget;
       }
     });
+    if (tree && router) {
+      router.register({
+        command: CommandIDs.dashboard,
+        pattern: new RegExp(`[?&]${DASHBOARD_QUERY}(?:[=&#]|$)`)
+      });
+    }
     if (restorer) {
       void restorer.restore(dashboards, {
         command: CommandIDs.dashboard,
