@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -197,3 +198,49 @@ def test_loading_the_magics_imports_no_torch() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "nproc", "gpus", "placed"),
+    [
+        ("auto", "gloo", 2, 1, "cpu"),  # the workshop case: 2 gloo ranks on a one-GPU laptop
+        ("auto", "gloo", 4, 0, "cpu"),
+        ("auto", "gloo", 2, 2, "auto"),  # a GPU each: gloo on the GPUs, as asked
+        ("auto", "auto", 2, 1, "auto"),  # the rank then says it needs a GPU, and how to go on
+        ("auto", "nccl", 2, 1, "auto"),
+        ("cpu", "auto", 2, 8, "cpu"),
+        ("cpu", "gloo", 1, 1, "cpu"),
+        ("cuda", "auto", 1, 1, "auto"),
+    ],
+)
+def test_ranks_go_to_the_cpu_with_gloo_and_too_few_gpus(device, backend, nproc, gpus, placed):
+    assert args.rank_device(device, backend, nproc, gpus) == placed
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "nproc", "gpus", "message"),
+    [
+        ("cpu", "nccl", 2, 2, "--device cpu needs --backend gloo (or auto): NCCL runs on GPUs only"),
+        ("cuda", "gloo", 2, 1, "--device cuda: -n 2 needs 2 GPUs and this node shows 1"),
+    ],
+)
+def test_impossible_devices_are_one_line(device, backend, nproc, gpus, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        args.rank_device(device, backend, nproc, gpus)
+
+
+def test_the_cpu_note_is_said_only_when_gpus_were_passed_over(monkeypatch):
+    monkeypatch.setattr(args, "visible_gpus", lambda: 1)
+    parse = args.parse
+
+    def note(line: str) -> str | None:
+        ns = parse(DDPMagics.ddp_start, line)
+        return args.device_note(args.worker_options(ns), ns)
+
+    assert note("-n 2 --backend gloo") == (
+        "note: 2 ranks and 1 GPU here, so every rank runs on the CPU with gloo (--device cpu says so outright)"
+    )
+    assert note("-n 2 --device cpu") is None  # asked for
+    assert note("-n 1 --backend gloo") is None  # a GPU for the rank
+    monkeypatch.setattr(args, "visible_gpus", lambda: 0)
+    assert note("-n 2 --backend gloo") is None  # nothing passed over

@@ -80,3 +80,67 @@ def test_the_cell_timeline_has_rank_0s_own_figures(gpu_kernel: Kernel) -> None:
     assert rank0["rank"] == 0 and gpu["allocated_bytes"] == held
     assert gpu["allocated_change_bytes"] == pytest.approx(2**30, rel=0.01)
     assert gpu["peak_allocated_bytes"] >= 2**30 and gpu["process_change_bytes"] is None
+
+
+def test_fsdp2_on_one_nccl_rank_in_bf16_trains_saves_and_loads(gpu_kernel: Kernel, tmp_path: Path) -> None:
+    """FSDP2 with NCCL and bf16 mixed precision; the rank's memory line against torch's own
+    figure in the rank; a DCP checkpoint saved and loaded back into fresh ranks."""
+    from test_ddp_fsdp import MODEL, STEP
+
+    ckpt = tmp_path / "ckpt"
+    assert gpu_kernel.run("%ddp_start -n 1 --fsdp").error is None
+    try:
+        build = (
+            "%%ddp --return allocated\n" + MODEL + STEP + "torch.manual_seed(0)\n"
+            "model = shard(Tiny(width=1024, blocks=4), mixed_precision='bf16')\n"
+            "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+            "losses = [step(model, opt, n) for n in range(5)]\n"
+            "allocated = torch.cuda.memory_allocated(device)\n"
+        )
+        cell = gpu_kernel.run(build, timeout=180)
+        assert cell.error is None, cell.traceback
+        assert "mixed precision bf16" in cell.stdout and "over 1 ranks (cuda)" in cell.stdout
+        (line,) = [s for s in cell.stdout.splitlines() if s.startswith("rank 0: ")]
+        shown = gpu_kernel.run(
+            "from jupyter_gpu.analysis.units import format_bytes\nprint(format_bytes(_ddp[0]))"
+        ).stdout.strip()
+        assert f"GPU 0 allocated {shown}," in line, (line, shown)
+        print(line)
+        saved = gpu_kernel.run(f"%ddp_save {ckpt} --model model --optimizer opt", timeout=120)
+        assert (
+            saved.error is None and "Saved model 'model' and optimizer 'opt' from 1 ranks" in saved.stdout
+        ), saved.traceback + saved.stderr
+        before = gpu_kernel.run("%%ddp --return nxt\nnxt = step(model, opt, 5)\n", timeout=60)
+        assert before.error is None, before.traceback
+        expected = gpu_kernel.run("print(_ddp[0])").stdout.strip()
+        assert gpu_kernel.run("%ddp_restart").error is None
+        fresh = (
+            "%%ddp\n" + MODEL + STEP + "torch.manual_seed(9)\n"
+            "model = shard(Tiny(width=1024, blocks=4), mixed_precision='bf16', quiet=True)\n"
+            "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        )
+        assert gpu_kernel.run(fresh, timeout=120).error is None
+        loaded = gpu_kernel.run(f"%ddp_load {ckpt} --model model --optimizer opt", timeout=120)
+        assert loaded.error is None and "on 1 ranks" in loaded.stdout, loaded.traceback + loaded.stderr
+        after = gpu_kernel.run("%%ddp --return nxt\nnxt = step(model, opt, 5)\n", timeout=60)
+        assert after.error is None, after.traceback
+        assert gpu_kernel.run("print(_ddp[0])").stdout.strip() == expected  # the run resumes exactly
+    finally:
+        gpu_kernel.run("%ddp_stop")
+    assert no_ranks_left(gpu_kernel.pid)
+
+
+def test_gloo_ranks_beyond_the_gpus_run_on_the_cpu(gpu_kernel: Kernel) -> None:
+    """The issue's case: `%%ddp_launch -n 2 --backend gloo` on a machine with one GPU."""
+    cell = gpu_kernel.run(
+        "%%ddp_launch -n 2 --backend gloo --output all\n"
+        "x = torch.ones(1)\ndist.all_reduce(x)\n"
+        "print(device, torch.cuda.is_available(), x.item())\n",
+        timeout=120,
+    )
+    assert cell.error is None, cell.traceback
+    assert "every rank runs on the CPU with gloo" in cell.stdout
+    assert sorted(s for s in cell.stdout.splitlines() if s.startswith("[rank")) == [
+        "[rank 0] cpu False 2.0",
+        "[rank 1] cpu False 2.0",
+    ]

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
+from ...nvml.visible import visible_gpus
 from .. import magic_args
 from .channel import SECRET_ENV, shared_secret
 from .gang import WorkerOptions
@@ -24,6 +25,7 @@ from .gang import WorkerOptions
 F = TypeVar("F", bound=Callable[..., Any])
 
 BACKENDS = ("auto", "nccl", "gloo")
+DEVICES = ("auto", "cuda", "cpu")
 AMP_DTYPES = ("bf16", "fp16")
 START_METHODS = ("forkserver", "spawn")
 # Ranks per node: the biggest GPU nodes have 8-16 GPUs, and the forkserver hands each new rank
@@ -66,6 +68,19 @@ worker_arguments = _bundle(
         help="process group backend; auto = nccl when the rank sees a GPU, else gloo",
     ),
     argument("--gpus", default=None, help="comma-separated GPU indices, rank k uses the k-th"),
+    argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the ranks compute; auto = a GPU per rank, or the CPU with --backend gloo "
+        "and more ranks than GPUs",
+    ),
+    argument(
+        "--fsdp",
+        action="store_true",
+        help="bind a device mesh `mesh` and `shard(model)` (FSDP2's fully_shard per layer and "
+        "root) in the ranks, and show each rank's memory after every cell",
+    ),
     argument("--amp", choices=AMP_DTYPES, default=None, help="run cells under torch.autocast"),
     argument("--nnodes", type=int, default=1, help="nodes taking part (multi-node)"),
     argument(
@@ -90,6 +105,12 @@ cell_arguments = _bundle(
     ),
     argument("--timeout", type=float, default=None, help="seconds before the ranks are stopped"),
     argument("--output", default="0", help="ranks whose output is shown: 0, 0,1, all or none"),
+)
+
+checkpoint_arguments = _bundle(
+    argument("path", help="the checkpoint's folder (DCP writes one file per rank and .metadata)"),
+    argument("--model", required=True, help="name of the model in the ranks' namespace"),
+    argument("--optimizer", default="", help="name of its optimizer in the ranks' namespace"),
 )
 
 
@@ -160,6 +181,7 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
             "environment of every node's kernel, which signs the commands and replies that cross "
             "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'"
         )
+    device = rank_device(ns.device, ns.backend, nproc, len(gpus) if gpus is not None else visible_gpus())
     return WorkerOptions(
         nproc=nproc,
         backend=ns.backend,
@@ -169,6 +191,37 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         node_rank=ns.node_rank,
         rdzv_endpoint=_endpoint(ns.rdzv_endpoint) if ns.rdzv_endpoint else None,
         start_method=ns.start_method,
+        device=device,
+        fsdp=ns.fsdp,
+    )
+
+
+def rank_device(device: str, backend: str, nproc: int, gpus_here: int) -> str:
+    """ "cpu" when the ranks must compute on the CPU, else "auto" (each rank takes its GPU).
+
+    gloo with more ranks than GPUs runs every rank on the CPU, so a workshop can teach DDP and
+    FSDP with 4 ranks on a one-GPU laptop; every rank on the same kind of device, as a mesh needs.
+    """
+    if device == "cpu":
+        if backend == "nccl":
+            raise UsageError("--device cpu needs --backend gloo (or auto): NCCL runs on GPUs only")
+        return "cpu"
+    if device == "cuda":
+        if backend == "gloo" and nproc > gpus_here:
+            raise UsageError(f"--device cuda: -n {nproc} needs {nproc} GPUs and this node shows {gpus_here}")
+        return "auto"
+    return "cpu" if backend == "gloo" and nproc > gpus_here else "auto"
+
+
+def device_note(options: WorkerOptions, ns: argparse.Namespace) -> str | None:
+    """What to tell the user when ``rank_device`` put GPU-less ranks on the CPU unasked."""
+    gpus_here = visible_gpus() if options.gpus is None else len(options.gpus)
+    if options.device != "cpu" or ns.device == "cpu" or gpus_here == 0:
+        return None
+    shown = f"{gpus_here} GPU{'s' if gpus_here != 1 else ''}"
+    return (
+        f"note: {options.nproc} ranks and {shown} here, so every rank runs on the CPU with gloo "
+        "(--device cpu says so outright)"
     )
 
 
@@ -197,6 +250,11 @@ def cell_options(ns: argparse.Namespace, world_size: int, default_return: str | 
         timeout=ns.timeout,
         output=output,
     )
+
+
+def checkpoint_names(ns: argparse.Namespace) -> tuple[str, str]:
+    """(model, optimizer or "") of ``%ddp_save``/``%ddp_load``, checked as Python names."""
+    return _name(ns.model, "--model"), _name(ns.optimizer, "--optimizer") if ns.optimizer else ""
 
 
 def names(line: str, what: str) -> tuple[str, ...]:

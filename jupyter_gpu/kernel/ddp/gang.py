@@ -69,6 +69,8 @@ class WorkerOptions:
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     start_method: str = "forkserver"
+    device: str = "auto"  # "cpu": the ranks see no GPU (gloo on the CPU on a GPU machine)
+    fsdp: bool = False
 
 
 def loopback_interface() -> str:
@@ -389,7 +391,9 @@ class Gang:
         )
         if "OMP_NUM_THREADS" not in os.environ and opts.nproc > 1:
             env["OMP_NUM_THREADS"] = "1"  # what torchrun does, so throughput matches it
-        if opts.gpus is not None:
+        if opts.device == "cpu":  # hidden, so that torch and the user's code agree: no GPU here
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif opts.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in opts.gpus)
         return env
 

@@ -58,7 +58,15 @@ def cell_gang(options: WorkerOptions) -> Gang:
     def args(session: str, secret: bytes) -> tuple[Any, ...]:
         return (
             WorkerConfig(
-                session, secret, os.getpid(), options.backend, options.amp, list(sys.path), os.getcwd()
+                session,
+                secret,
+                os.getpid(),
+                options.backend,
+                options.amp,
+                list(sys.path),
+                os.getcwd(),
+                device=options.device,
+                fsdp=options.fsdp,
             ),
         )
 
@@ -102,6 +110,8 @@ def run_cell(
                 )
         gang.stop(clean=True)
         on_figures(rank_figures(got.replies))
+        if options.fsdp:
+            print("".join(report.memory_lines(got.replies)), end="")
         return {
             r: cloudpickle.loads(got.replies[r].value) if got.replies[r].value else None for r in gang.ranks
         }

@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ..extension import ShellMagics, cell_number, unregister_magics
 from ..timeline import timeline_of
 from . import args
-from .args import cell_arguments, worker_arguments
+from .args import cell_arguments, checkpoint_arguments, worker_arguments
 
 
 @magics_class
@@ -59,6 +59,7 @@ class DDPMagics(ShellMagics):
         """
         ns = args.parse(self.ddp_launch, line)
         options = args.worker_options(ns)
+        self._note(args.device_note(options, ns))
         world = options.nproc * options.nnodes
         if cell is None:
             if not ns.script:
@@ -89,7 +90,8 @@ class DDPMagics(ShellMagics):
         Takes the worker options of %%ddp_launch. Stop them with %ddp_stop; %ddp_restart
         replaces them with fresh ones (after a stuck or interrupted collective, for instance).
         """
-        options = args.worker_options(args.parse(self.ddp_start, line))
+        ns = args.parse(self.ddp_start, line)
+        options = args.worker_options(ns)
         if self.session is not None and self.session.alive:
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
         from .session import Session
@@ -104,7 +106,14 @@ class DDPMagics(ShellMagics):
         print(
             f"{len(session.info)} ranks ready ({info['backend']} on {info['device'].split(':')[0]}) "
             f"in {time.perf_counter() - started:.1f} s"
+            + ("; `mesh` and `shard(model)` are bound for FSDP2" if options.fsdp else "")
         )
+        self._note(args.device_note(options, ns))
+
+    @staticmethod
+    def _note(note: str | None) -> None:
+        if note:
+            print(note)
 
     @magic_arguments()
     @cell_arguments
@@ -169,6 +178,59 @@ class DDPMagics(ShellMagics):
             raise UsageError("no DDP session to restart: %ddp_start -n N")
         self.session.restart()
         print(f"{len(self.session.info)} ranks ready")
+
+    @magic_arguments()
+    @checkpoint_arguments
+    @line_magic
+    def ddp_save(self, line: str) -> None:
+        """Save the ranks' model (and optimizer) with torch.distributed.checkpoint (DCP).
+
+        %ddp_save ckpt/step100 --model model --optimizer opt
+        Every rank writes its shards; the folder appears only when all are written, and an older
+        checkpoint of the same model there is replaced. It loads on any number of ranks
+        (%ddp_load) and whole into the kernel (%ddp_load_local).
+        """
+        ns = args.parse(self.ddp_save, line)
+        session = self._session()
+        from .checkpoint_files import resolve
+
+        print(session.save(resolve(ns.path), *args.checkpoint_names(ns)))
+
+    @magic_arguments()
+    @checkpoint_arguments
+    @line_magic
+    def ddp_load(self, line: str) -> None:
+        """Load a DCP checkpoint into the ranks' model (and optimizer), resharded to these ranks.
+
+        %ddp_load ckpt/step100 --model model --optimizer opt
+        """
+        ns = args.parse(self.ddp_load, line)
+        session = self._session()
+        from .checkpoint_files import resolve
+
+        print(session.load(resolve(ns.path), *args.checkpoint_names(ns)))
+
+    @magic_arguments()
+    @argument("path", help="the checkpoint's folder")
+    @argument(
+        "--model",
+        default=None,
+        help="a model in this kernel to fill (one on the meta device is first made real on "
+        "--device); without it the whole state dict is returned",
+    )
+    @argument("--device", default="cpu", help="where new tensors go: cpu (default), cuda or cuda:N")
+    @argument("--force", action="store_true", help="load even when it needs more than the free memory")
+    @line_magic
+    def ddp_load_local(self, line: str) -> Any:
+        """Load a checkpoint of the ranks whole into this kernel, no process group needed.
+
+        model_state = %ddp_load_local ckpt/step100
+        %ddp_load_local ckpt/step100 --model model
+        """
+        ns = args.parse(self.ddp_load_local, line)
+        from .local_load import load_into_kernel
+
+        return load_into_kernel(self.ipython.user_ns, ns.path, ns.model, ns.device, ns.force)
 
     def _session(self) -> Any:
         if self.session is None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from .errors import RemoteError
 
-CommandKind = Literal["init", "cell", "push", "pull", "stop"]
+CommandKind = Literal["init", "cell", "push", "pull", "save", "load", "stop"]
 
 # Session keys live under this prefix of the rendezvous store, then the session id.
 KEY_PREFIX = "jupyter_gpu/ddp"
@@ -50,6 +50,8 @@ class WorkerConfig:
     amp: str | None
     sys_path: list[str]
     cwd: str
+    device: str = "auto"  # "cpu": the ranks run on the CPU even where GPUs are visible
+    fsdp: bool = False  # bind a device mesh and shard() (kernel/ddp/fsdp.py) in the namespace
 
 
 @dataclass
@@ -59,7 +61,9 @@ class Command:
     line_offset: int = 0
     objects: dict[str, bytes] = field(default_factory=dict)  # name -> cloudpickle
     return_name: str | None = None
-    names: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # pull: the names; save/load: (model, optimizer or "")
+    path: str = ""  # save: the folder to write (a fresh one); load: the checkpoint
+    replaces: str = ""  # save: the older checkpoint it replaces, which must be of the same model
 
 
 @dataclass

@@ -1,7 +1,11 @@
-"""Turn what came back from the ranks into the one exception the notebook cell shows."""
+"""Turn what came back from the ranks into what the cell shows: the one exception when they
+failed, each rank's memory after an ``--fsdp`` cell."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from ...analysis.units import format_bytes
 from .errors import DDPError, DDPInterrupted, render
 from .gang import Collected
 from .protocol import Reply
@@ -70,3 +74,36 @@ def _summary(reply: Reply) -> str:
 def interrupted(ranks: list[int]) -> DDPInterrupted:
     msg = f"interrupted; stopped {ranks_text(ranks)}"
     return DDPInterrupted(msg, [f"KeyboardInterrupt: {msg}\n"])
+
+
+MAX_RANK_LINES = 8  # ranks listed one per line; more are summed up by the largest
+
+
+def memory_lines(replies: Mapping[int, Reply]) -> list[str]:
+    """What each rank holds after an ``--fsdp`` cell (parameter shards, gradients, optimizer
+    state, and on GPUs the allocator's figures), one line per rank: sharding paying off, seen."""
+    lines = []
+    for rank in sorted(replies)[:MAX_RANK_LINES]:
+        info = replies[rank].info
+        held = info.get("held") or {}
+        parts = [
+            f"parameters {format_bytes(held.get('parameters'))} of {format_bytes(held.get('parameters_full'))}",
+            f"gradients {format_bytes(held.get('gradients'))}",
+            f"optimizer state {format_bytes(held.get('optimizer'))}",
+        ]
+        for gpu in info.get("cell_gpus", []):
+            peak = gpu.get("peak_allocated_bytes")
+            shown = (
+                f"{format_bytes(peak)}"
+                if peak is not None
+                else f"at most {format_bytes(gpu.get('peak_at_most_bytes'))}"
+            )
+            parts.append(
+                f"GPU {gpu.get('index')} allocated {format_bytes(gpu.get('allocated_bytes'))}, cell peak {shown}"
+            )
+        lines.append(f"rank {rank}: " + ", ".join(parts) + "\n")
+    rest = sorted(replies)[MAX_RANK_LINES:]
+    if rest:
+        most = max(rest, key=lambda r: (replies[r].info.get("held") or {}).get("parameters", 0))
+        lines.append(f"... and {len(rest)} more ranks (most parameters: rank {most})\n")
+    return lines

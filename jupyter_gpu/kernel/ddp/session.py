@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from . import report
+from IPython.core.error import UsageError
+
+from ...analysis.units import format_bytes
+from . import checkpoint_files, report
 from .args import CellOptions
 from .errors import DDPError, DDPInterrupted
 from .gang import Collected, Gang, WorkerOptions
@@ -241,11 +245,74 @@ class Session:
         command = Command("cell", source=source, line_offset=1, objects=objects, return_name=cell.return_name)
         replies = self.run(command, cell, "\n" + source, label)
         on_figures(rank_figures(replies))
+        if self.options.fsdp:
+            print("".join(report.memory_lines(replies)), end="")
         if cell.return_name is None:
             return None
         return {
             r: cloudpickle.loads(reply.value) if reply.value else None for r, reply in sorted(replies.items())
         }
+
+    def save(self, target: Path, model: str, optimizer: str) -> str:
+        """Every rank writes its shards into a fresh folder, renamed to ``target`` when all are
+        done; what was written, for the cell."""
+        self._single_node("%ddp_save")
+        pending = checkpoint_files.begin_save(target)
+        started = time.perf_counter()
+        try:
+            command = Command(
+                "save",
+                names=(model, optimizer),
+                path=str(pending.folder),
+                replaces=str(pending.replaces or ""),
+            )
+            done = self._checkpoint(command)
+            pending.commit()
+        except BaseException:
+            pending.discard()
+            raise
+        files, size = checkpoint_files.size(target)
+        what = f"model {model!r}" + (f" and optimizer {optimizer!r}" if optimizer else "")
+        return (
+            f"Saved {what} from {len(self.info)} ranks to {target}: {done['tensors']} tensors, "
+            f"{files} files, {format_bytes(size)}, in {time.perf_counter() - started:.1f} s"
+            + (" (replacing the older checkpoint there)" if pending.replaces else "")
+        )
+
+    def load(self, path: Path, model: str, optimizer: str) -> str:
+        """Every rank reads its part of the checkpoint at ``path`` into the named objects."""
+        self._single_node("%ddp_load")
+        checkpoint_files.trusted(path)
+        started = time.perf_counter()
+        done = self._checkpoint(Command("load", names=(model, optimizer), path=str(path)))
+        what = f"model {model!r}" + (f" and optimizer {optimizer!r}" if optimizer else "")
+        saved = checkpoint_files.saved_ranks(path)
+        return (
+            f"Loaded {what} on {len(self.info)} ranks from {path} (saved from {saved} ranks): "
+            f"{done['tensors']} tensors, {format_bytes(done['bytes'])}, in {time.perf_counter() - started:.1f} s"
+        )
+
+    def _checkpoint(self, command: Command) -> dict[str, Any]:
+        """Run a save or load on every rank; the first rank's reason it could not, as an error."""
+        replies = self.run(command, CellOptions())
+        problems = sorted(
+            (r, reply.info["problem"]) for r, reply in replies.items() if "problem" in reply.info
+        )
+        if problems:
+            rank, problem = problems[0]
+            verb = "saved" if command.kind == "save" else "loaded"
+            raise DDPError(
+                problem,
+                [f"{problem}\n", f"(rank {rank}; nothing was {verb}; the ranks keep their variables)\n"],
+            )
+        return replies[min(replies)].info["checkpoint"]
+
+    def _single_node(self, magic: str) -> None:
+        if self.options.nnodes > 1:
+            raise UsageError(
+                f"{magic} works with the ranks of one node; across nodes call "
+                "torch.distributed.checkpoint.save/load in a %%ddp cell, on storage every node shares"
+            )
 
     def status(self) -> str:
         """What %ddp_status prints."""

@@ -141,13 +141,14 @@ class _Rank:
         import torch
         import torch.distributed as dist
 
-        if torch.cuda.is_available():
+        if self.config.device != "cpu" and torch.cuda.is_available():
             visible = torch.cuda.device_count()
             if self.local_rank >= visible:
                 raise RuntimeError(
                     f"rank {self.rank} needs GPU {self.local_rank} but this node shows {visible} "
                     f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
-                    "use fewer ranks (-n) or list GPUs with --gpus"
+                    "use fewer ranks (-n), list GPUs with --gpus, or run the ranks on the CPU "
+                    "with --backend gloo"
                 )
             self.device = torch.device("cuda", self.local_rank)
             torch.cuda.set_device(self.device)
@@ -171,6 +172,11 @@ class _Rank:
             "WORLD_SIZE": self.world_size,
             "device": self.device,
         }
+        if self.config.fsdp:
+            from . import fsdp
+
+            mesh = fsdp.make_mesh(self.device, backend)
+            self.ns.update(mesh=mesh, shard=functools.partial(fsdp.shard, mesh=mesh))
         return Reply(
             self.rank,
             ok=True,
@@ -192,10 +198,32 @@ class _Rank:
             if missing:
                 raise NameError(f"name {missing[0]!r} is not defined on rank {self.rank}")
             return Reply(self.rank, ok=True, value=self._dump({n: self.ns[n] for n in cmd.names}))
-        info = {"cell_gpus": self._run_cell(cmd)}
+        if cmd.kind in ("save", "load"):
+            return self._checkpoint(cmd)
+        info: dict[str, Any] = {"cell_gpus": self._run_cell(cmd)}
+        if self.config.fsdp:
+            from .fsdp import held
+
+            info["held"] = held(self.ns)
         if cmd.return_name is None:
             return Reply(self.rank, ok=True, info=info)
         return Reply(self.rank, ok=True, value=self._dump(self.ns.get(cmd.return_name)), info=info)
+
+    def _checkpoint(self, cmd: Command) -> Reply:
+        """``%ddp_save`` / ``%ddp_load`` on this rank; a reason it cannot is a reply, not a crash."""
+        from . import checkpoint
+
+        model, optimizer = cmd.names
+        try:
+            if cmd.kind == "save":
+                done = checkpoint.save(self.ns, model, optimizer, cmd.path, cmd.replaces)
+            else:
+                done = checkpoint.load(self.ns, model, optimizer, cmd.path)
+        except checkpoint.Problem as exc:
+            return Reply(self.rank, ok=True, info={"problem": str(exc)})
+        except Exception as exc:  # DCP's own errors (a full disk, a read error): one line each
+            return Reply(self.rank, ok=True, info={"problem": checkpoint.one_line(exc)})
+        return Reply(self.rank, ok=True, info={"checkpoint": done})
 
     def _load(self, objects: dict[str, bytes]) -> None:
         import cloudpickle

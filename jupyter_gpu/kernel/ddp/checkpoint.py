@@ -1,0 +1,244 @@
+"""Checkpoints through ``torch.distributed.checkpoint`` (DCP): saved and loaded by the ranks,
+loaded whole into the kernel.
+
+DCP writes each rank's shards and one ``.metadata`` file (the shape and type of every tensor),
+so a checkpoint saved from N ranks loads on M: each rank reads the pieces of its own shards.
+Before a load, or before a save replaces an older checkpoint, the tensors' names and shapes are
+compared with the model's, so the error names the mismatch instead of failing inside DCP.
+``.metadata`` is a pickle: ``checkpoint_files.trusted`` has made sure it is the user's own.
+
+The state is ``{"model": ..., "optimizer": ...}`` as ``torch.distributed.checkpoint.state_dict``
+makes it: the names of the unwrapped model (no ``module.`` of DDP, no FSDP wrappers), so the
+same checkpoint loads into DDP, FSDP2 and a plain model alike.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+MAX_LISTED = 3  # mismatches named in one error
+
+
+class Problem(Exception):
+    """Why a save or load cannot go on, said in one line (nothing was written or changed)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error of DCP or torch as one line: DCP wraps each rank's failure in a
+    ``CheckpointException`` whose text is a traceback, so the first rank's own error is taken."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, Mapping) and failures:
+        inner = next(iter(failures.values()))
+        exc = inner[0] if isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException) else exc
+    text = (str(exc).strip().splitlines() or [""])[0]
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def objects(namespace: Mapping[str, Any], model_name: str, optimizer_name: str) -> tuple[Any, Any]:
+    """The model and (optionally) optimizer the user named, checked for their kind."""
+    import torch
+
+    model = namespace.get(model_name)
+    if not isinstance(model, torch.nn.Module):
+        what = (
+            "is not defined"
+            if model_name not in namespace
+            else f"is a {type(model).__name__}, not a torch.nn.Module"
+        )
+        raise Problem(f"--model {model_name}: {what}")
+    optimizer = namespace.get(optimizer_name) if optimizer_name else None
+    if optimizer_name and not isinstance(optimizer, torch.optim.Optimizer):
+        what = (
+            "is not defined"
+            if optimizer_name not in namespace
+            else f"is a {type(optimizer).__name__}, not a torch.optim.Optimizer"
+        )
+        raise Problem(f"--optimizer {optimizer_name}: {what}")
+    return model, optimizer
+
+
+def state_of(model: Any, optimizer: Any) -> dict[str, Any]:
+    """DCP's view of the model (and optimizer): plain names, sharded tensors as they are."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    if optimizer is None:
+        return {"model": get_model_state_dict(model)}
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def shapes(state: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """Every tensor of a nested state, by DCP's flattened name ("model.layers.0.weight")."""
+    import torch
+
+    found: dict[str, tuple[int, ...]] = {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, torch.Tensor):
+            found[name] = tuple(value.shape)  # a DTensor's shape is the whole tensor's
+        elif isinstance(value, Mapping):
+            found.update(shapes(value, name + "."))
+    return found
+
+
+def stored_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The tensors a checkpoint holds, from its ``.metadata``."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = FileSystemReader(str(path)).read_metadata()
+    return {
+        name: tuple(meta.size)
+        for name, meta in metadata.state_dict_metadata.items()
+        if isinstance(meta, TensorStorageMetadata)
+    }
+
+
+def mismatches(
+    wanted: Mapping[str, tuple[int, ...]], stored: Mapping[str, tuple[int, ...]], part: str
+) -> list[str]:
+    """What keeps ``stored`` from filling ``wanted`` for the names under ``part`` ("model")."""
+    head = part + "."
+    ours = {k: v for k, v in wanted.items() if k.startswith(head)}
+    theirs = {k: v for k, v in stored.items() if k.startswith(head)}
+    found = [f"{k[len(head) :]} is missing" for k in sorted(ours.keys() - theirs.keys())]
+    found += [
+        f"{k[len(head) :]} is not in the {part}"
+        for k in sorted(theirs.keys() - ours.keys())
+        if part == "model"
+    ]
+    found += [
+        f"{k[len(head) :]} is {_shape(theirs[k])} in the checkpoint, {_shape(ours[k])} in the {part}"
+        for k in sorted(ours.keys() & theirs.keys())
+        if ours[k] != theirs[k]
+    ]
+    return found
+
+
+def _shape(size: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, size)) + "]"
+
+
+def _say(found: list[str]) -> str:
+    more = f" (and {len(found) - MAX_LISTED} more)" if len(found) > MAX_LISTED else ""
+    return "; ".join(found[:MAX_LISTED]) + more
+
+
+def check_fits(state: Mapping[str, Any], path: str | Path, what: str) -> None:
+    """Raise ``Problem`` unless the checkpoint at ``path`` has this state's tensors and shapes."""
+    wanted, stored = shapes(state), stored_shapes(path)
+    found = mismatches(wanted, stored, "model")
+    if found:
+        raise Problem(f"{what}: {_say(found)}")
+    if "optimizer" in state:
+        if not any(k.startswith("optimizer.") for k in stored):
+            raise Problem(f"{what}: it holds no optimizer state (saved without --optimizer)")
+        found = mismatches(wanted, stored, "optimizer")
+        if found:
+            raise Problem(f"{what}: the optimizer's state differs: {_say(found)}")
+
+
+def save(
+    namespace: Mapping[str, Any], model_name: str, optimizer_name: str, path: str, replaces: str
+) -> dict[str, Any]:
+    """On every rank: write the named model (and optimizer) into the fresh folder ``path``.
+
+    ``replaces``: the checkpoint this one will replace ("" for none), which must be one of
+    the same model. Returns what rank 0 reports: tensors and their bytes in all."""
+    import torch.distributed.checkpoint as dcp
+
+    model, optimizer = objects(namespace, model_name, optimizer_name)
+    state = state_of(model, optimizer)
+    if replaces:
+        check_fits(
+            {"model": state["model"]},
+            replaces,
+            f"{replaces} holds a checkpoint of another model, left as it was",
+        )
+    dcp.save(state, checkpoint_id=path)
+    return {"tensors": len(shapes(state)), "bytes": _bytes(state)}
+
+
+def load(namespace: Mapping[str, Any], model_name: str, optimizer_name: str, path: str) -> dict[str, Any]:
+    """On every rank: fill the named model (and optimizer) from the checkpoint at ``path``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+    model, optimizer = objects(namespace, model_name, optimizer_name)
+    state = state_of(model, optimizer)  # an optimizer that never stepped gets its state made here
+    named = f"--model {model_name}" + (f" --optimizer {optimizer_name}" if optimizer is not None else "")
+    check_fits(state, path, f"{path} does not fit {named}")
+    dcp.load(state, checkpoint_id=path)
+    if optimizer is None:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return {"tensors": len(shapes(state)), "bytes": _bytes(state)}
+
+
+def _bytes(state: Mapping[str, Any]) -> int:
+    import torch
+
+    total = 0
+    for value in state.values():
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()  # the whole tensor, also for a DTensor
+        elif isinstance(value, Mapping):
+            total += _bytes(value)
+    return total
+
+
+def stored_model_bytes(path: str | Path) -> int:
+    """Bytes of the model's tensors in a checkpoint, whole (what loading it in one process takes)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = FileSystemReader(str(path)).read_metadata()
+    total = 0
+    for name, meta in metadata.state_dict_metadata.items():
+        if name.startswith("model.") and isinstance(meta, TensorStorageMetadata):
+            numel = 1
+            for n in meta.size:
+                numel *= n
+            total += numel * meta.properties.dtype.itemsize
+    return total
+
+
+def load_local(path: str | Path, model: Any, device: str) -> dict[str, Any]:
+    """In the kernel, without a process group: the checkpoint's model state, whole.
+
+    With ``model``, its tensors are filled in place (a model on the meta device is first made
+    real on ``device``); without, new tensors on ``device`` are made from the metadata."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if model is not None:
+        if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
+            model.to_empty(device=device)
+        state = {"model": model.state_dict()}
+        check_fits(state, path, f"{path} does not fit the model")
+    else:
+        metadata = FileSystemReader(str(path)).read_metadata()
+        state = {
+            "model": {
+                name[len("model.") :]: torch.empty(
+                    tuple(meta.size), dtype=meta.properties.dtype, device=device
+                )
+                for name, meta in metadata.state_dict_metadata.items()
+                if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+            }
+        }
+        if not state["model"]:
+            raise Problem(f"{path} holds no model state")
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    if model is not None:
+        model.load_state_dict(state["model"])
+    return state["model"]

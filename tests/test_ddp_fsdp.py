@@ -1,0 +1,320 @@
+"""FSDP2 in persistent ranks and DCP checkpoints (%ddp_save, %ddp_load, %ddp_load_local), in a
+real kernel with real gloo ranks on the CPU: sharded training matches the unsharded run step for
+step, a checkpoint of 2 ranks loads on 1 and on 3 and whole in the kernel, and every bad path
+is refused without losing the ranks or the files already there."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _ddp_kernel import Kernel, ddp_kernel, no_ranks_left  # noqa: F401 - ddp_kernel is a fixture
+
+torch = pytest.importorskip("torch")
+
+# A small transformer whose blocks sit in an nn.ModuleList (what shard() splits by default);
+# no dropout, so the sharded and the plain run see the same numbers.
+MODEL = textwrap.dedent("""\
+    import torch.nn as nn
+
+    class Tiny(nn.Module):
+        def __init__(self, width=32, blocks=3):
+            super().__init__()
+            self.embed = nn.Linear(8, width)
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(width, 4, 64, dropout=0.0, batch_first=True) for _ in range(blocks)
+            )
+            self.head = nn.Linear(width, 1)
+
+        def forward(self, x):
+            x = self.embed(x)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x).mean(dim=(1, 2))  # one output per sample
+    """)
+GLOBAL_BATCH = 6  # splits evenly over 1, 2 and 3 ranks, so the mean of the ranks' losses is the loss
+STEP = textwrap.dedent("""\
+    def step(model, opt, n):
+        g = torch.Generator().manual_seed(100 + n)
+        batch = torch.randn({batch}, 5, 8, generator=g)
+        part = batch.chunk(WORLD_SIZE)[RANK] if 'WORLD_SIZE' in globals() else batch
+        loss = ((model(part) - 1.0) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+    """).format(batch=GLOBAL_BATCH)
+
+
+def sharded_training(steps: int) -> str:
+    return (
+        "%%ddp --return losses\n"
+        + MODEL
+        + STEP
+        + "torch.manual_seed(0)\nmodel = shard(Tiny())\n"
+        + "opt = torch.optim.AdamW(model.parameters(), lr=1e-2)\n"
+        + f"losses = [step(model, opt, n) for n in range({steps})]\n"
+    )
+
+
+def plain_losses(steps: int) -> list[float]:
+    """The same training in this process, unsharded: the reference."""
+    ns: dict = {"torch": torch}
+    exec(MODEL + STEP, ns)
+    torch.manual_seed(0)
+    model = ns["Tiny"]()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return [ns["step"](model, opt, n) for n in range(steps)]
+
+
+@pytest.fixture()
+def kernel(ddp_kernel: Kernel) -> Iterator[Kernel]:
+    yield ddp_kernel
+    ddp_kernel.run("%ddp_stop")
+    assert no_ranks_left(ddp_kernel.pid)
+
+
+def start(kernel: Kernel, n: int) -> None:
+    cell = kernel.run(f"%ddp_start -n {n} --fsdp")
+    assert cell.error is None, cell.traceback
+    assert f"{n} ranks ready (gloo on cpu)" in cell.stdout and "shard(model)" in cell.stdout
+
+
+def ok(kernel: Kernel, code: str):
+    cell = kernel.run(code)
+    assert cell.error is None, cell.traceback + cell.stderr
+    return cell
+
+
+def error_of(kernel: Kernel, code: str) -> str:
+    """What a failing cell showed: a UsageError's line (IPython prints it on stderr, no traceback)
+    or the ranks' DDPError; never a traceback through this package or torch."""
+    cell = kernel.run(code)
+    said = cell.traceback if cell.error is not None else cell.stderr
+    assert cell.error is not None or said.startswith("UsageError: "), f"{code!r} did not fail: {cell.stdout}"
+    assert "Traceback" not in said and "File " not in said, said
+    return said.strip()
+
+
+def saved(kernel: Kernel, folder: Path, steps: int = 1) -> str:
+    """Train on 2 fresh ranks and save model and optimizer to ``folder``; what %ddp_save said."""
+    start(kernel, 2)
+    ok(kernel, sharded_training(steps))
+    return ok(kernel, f"%ddp_save {folder} --model model --optimizer opt").stdout
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_sharded_training_matches_the_unsharded_run_step_for_step(kernel: Kernel) -> None:
+    start(kernel, 2)
+    cell = ok(kernel, sharded_training(5))
+    # shard() says what it did, and each rank's memory shows the sharding: half the parameters
+    assert "shard: 3 layers (TransformerEncoderLayer) and the root over 2 ranks (cpu)" in cell.stdout
+    lines = [line for line in cell.stdout.splitlines() if line.startswith("rank ")]
+    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"], cell.stdout
+    for line in lines:
+        mine, whole = line.split("parameters ")[1].split(",")[0].split(" of ")
+        assert mine != whole and "optimizer state" in line
+    sharded = ok(kernel, "print([sum(v) / len(v) for v in zip(*_ddp.values())])").stdout
+    got = [float(x) for x in sharded.strip().strip("[]").split(",")]
+    assert got == pytest.approx(plain_losses(5), rel=1e-4, abs=1e-6)
+
+
+def test_a_checkpoint_of_2_ranks_loads_on_1_and_3_and_whole_in_the_kernel(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    said = saved(kernel, ckpt, steps=3)
+    assert f"Saved model 'model' and optimizer 'opt' from 2 ranks to {ckpt}: " in said
+    assert (ckpt / ".metadata").is_file() and len(list(ckpt.glob("__*_0.distcp"))) == 2
+    after = ok(kernel, "%%ddp --return nxt\nnxt = step(model, opt, 3)\n")
+    ok(kernel, "_two = sum(_ddp.values()) / 2")
+
+    # the whole model in the kernel, no process group: the same numbers the ranks had saved
+    ok(kernel, f"state = %ddp_load_local {ckpt}")
+    ns: dict = {"torch": torch}
+    exec(MODEL, ns)
+    plain = ns["Tiny"]()
+    assert set(
+        ok(kernel, "print(sorted(state))").stdout.strip().strip("[]").replace("'", "").split(", ")
+    ) == set(plain.state_dict())
+
+    for n in (1, 3):
+        kernel.run("%ddp_stop")
+        start(kernel, n)
+        # fresh model and optimizer (another seed): everything must come from the checkpoint
+        ok(
+            kernel,
+            "%%ddp\n" + MODEL + STEP + "torch.manual_seed(7)\nmodel = shard(Tiny(), quiet=True)\n"
+            "opt = torch.optim.AdamW(model.parameters(), lr=1e-2)\n",
+        )
+        loaded = ok(kernel, f"%ddp_load {ckpt} --model model --optimizer opt").stdout
+        assert f"on {n} ranks from {ckpt} (saved from 2 ranks)" in loaded
+        ok(kernel, "%%ddp --return nxt\nnxt = step(model, opt, 3)\n")
+        # the next step continues the saved run exactly: parameters and AdamW's moments came back
+        same = ok(kernel, f"print(abs(sum(_ddp.values()) / {n} - _two) < 1e-5 * max(1, abs(_two)))").stdout
+        assert same.strip() == "True", (n, after.stdout)
+    # and the kernel's whole copy is what the ranks hold after a plain load
+    kernel.run("%ddp_stop")
+    start(kernel, 2)
+    ok(kernel, "%%ddp\n" + MODEL + "torch.manual_seed(3)\nmodel = shard(Tiny(), quiet=True)\n")
+    ok(kernel, f"%ddp_load {ckpt} --model model")
+    ok(
+        kernel,
+        "%%ddp --return full\nfrom torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions\n"
+        "full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))\n",
+    )
+    same = ok(kernel, "import torch\nprint(all(torch.equal(state[k], _ddp[0][k]) for k in state))").stdout
+    assert same.strip() == "True"
+
+
+def test_a_meta_model_in_the_kernel_is_filled_and_an_oversized_load_is_refused(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    saved(kernel, ckpt)
+    ok(kernel, MODEL + "with torch.device('meta'):\n    local = Tiny()\n")
+    # the kernel says it has almost no memory left: loading would be refused, and nothing made
+    ok(
+        kernel,
+        "import jupyter_gpu.kernel.ddp.local_load as _ll\n_real = _ll.free_bytes\n_ll.free_bytes = lambda d: 1024",
+    )
+    refused = error_of(kernel, f"%ddp_load_local {ckpt} --model local")
+    assert (
+        "UsageError" in refused
+        and "needs " in refused
+        and "1.00 KiB free" in refused
+        and "--force" in refused
+    )
+    assert ok(kernel, "print(next(local.parameters()).is_meta)").stdout.strip() == "True"
+    ok(kernel, "_ll.free_bytes = _real")
+    loaded = ok(kernel, f"%ddp_load_local {ckpt} --model local").stdout
+    assert f"from {ckpt} into local" in loaded
+    ok(kernel, "state = %ddp_load_local " + str(ckpt))
+    check = "print(all(torch.equal(v, local.state_dict()[k]) for k, v in state.items()), next(local.parameters()).device)"
+    assert ok(kernel, check).stdout.strip() == "True cpu"
+
+
+def test_bad_paths_and_models_are_one_line_and_lose_nothing(kernel: Kernel, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    saved(kernel, ckpt)
+    kept = digest(ckpt)
+
+    # another model's checkpoint is not replaced
+    ok(kernel, "%%ddp\nother = shard(torch.nn.Sequential(torch.nn.Linear(3, 3)), quiet=True)\n")
+    said = error_of(kernel, f"%ddp_save {ckpt} --model other")
+    assert f"{ckpt} holds a checkpoint of another model, left as it was" in said
+    assert digest(ckpt) == kept
+    # nor is a folder of something else, nor a file; a folder that does not exist cannot be saved in
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    assert "holds no checkpoint" in error_of(kernel, f"%ddp_save {notes} --model model")
+    assert (notes / "todo.txt").read_text() == "mine" and len(list(notes.iterdir())) == 1
+    assert "is not a checkpoint folder" in error_of(kernel, f"%ddp_save {notes / 'todo.txt'} --model model")
+    assert "is not a folder" in error_of(
+        kernel, f"%ddp_save {tmp_path / 'no' / 'such' / 'dir'} --model model"
+    )
+    # a load whose shapes differ names the tensor; the ranks keep their variables
+    ok(kernel, "%%ddp\nwide = shard(torch.nn.Sequential(torch.nn.Linear(8, 64)), quiet=True)\n")
+    said = error_of(kernel, f"%ddp_load {ckpt} --model wide")
+    assert f"{ckpt} does not fit --model wide" in said and "is missing" in said
+    said = error_of(kernel, f"%ddp_load {ckpt} --model nope")
+    assert "--model nope: is not defined" in said and "the ranks keep their variables" in said
+    assert "is not a Python name" in error_of(kernel, f"%ddp_save {ckpt} --model 'x y'")
+    assert error_of(kernel, f"%ddp_load {tmp_path / 'absent'} --model model").endswith(
+        f"no checkpoint at {tmp_path / 'absent'}"
+    )
+    # nothing was lost: the ranks still train, the checkpoint is as saved, no half-written folder
+    ok(kernel, "%%ddp\nstep(model, opt, 1)\n")
+    assert digest(ckpt) == kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "notes"]
+
+
+def test_a_rank_that_dies_while_saving_leaves_no_checkpoint(kernel: Kernel, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    saved(kernel, ckpt)
+    kept = digest(ckpt)
+    # rank 1's model dies as DCP asks for its state
+    ok(
+        kernel,
+        "%%ddp\nimport os\nif RANK == 1:\n    model.register_state_dict_pre_hook(lambda *a, **k: os._exit(3))\n",
+    )
+    said = kernel.run(f"%ddp_save {ckpt} --model model").traceback
+    assert "rank 1" in said and "exit" in said.lower(), said
+    assert digest(ckpt) == kept  # the older checkpoint is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no partial folder left
+
+
+# -- as an attacker on a shared machine: checkpoints are pickles -------------------------------------
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_checkpoint_with_a_strangers_file_is_not_loaded(kernel: Kernel, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    saved(kernel, ckpt)
+    os.chown(ckpt / ".metadata", 65534, 65534)  # a stranger swapped in their own metadata
+    said = error_of(kernel, f"%ddp_load {ckpt} --model model")
+    assert "is not wholly yours (.metadata" in said and "unpickles" in said
+    assert "is not wholly yours" in error_of(kernel, f"state = %ddp_load_local {ckpt}")
+
+
+def test_a_checkpoint_others_may_write_or_with_a_link_is_not_loaded(kernel: Kernel, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    saved(kernel, ckpt)
+    (ckpt / ".metadata").chmod(0o666)
+    assert "is not wholly yours (.metadata" in error_of(kernel, f"%ddp_load {ckpt} --model model")
+    (ckpt / ".metadata").chmod(0o644)
+    shard_file = next(ckpt.glob("__1_0.distcp"))
+    elsewhere = tmp_path / "planted.distcp"
+    shard_file.rename(elsewhere)
+    shard_file.symlink_to(elsewhere)
+    assert f"is not wholly yours ({shard_file.name}" in error_of(kernel, f"%ddp_load {ckpt} --model model")
+    # and a link planted at the name a save would write is not followed
+    target = tmp_path / "planted-link"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    target.symlink_to(victim)
+    assert "exists and is not a checkpoint folder" in error_of(kernel, f"%ddp_save {target} --model model")
+    assert list(victim.iterdir()) == []
+
+
+def test_a_checkpoint_in_a_folder_everyone_may_rename_in_is_not_loaded(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # no sticky bit: anyone may swap the checkpoint folder for their own
+    ckpt = shared / "ckpt"
+    saved(kernel, ckpt)
+    assert "may be changed by every user" in error_of(kernel, f"%ddp_load {ckpt} --model model")
+    shared.chmod(0o1777)  # /tmp's kind: only the owner may rename it
+    assert "Loaded model 'model'" in ok(kernel, f"%ddp_load {ckpt} --model model").stdout
+
+
+# -- where the ranks compute ------------------------------------------------------------------------
+
+
+def test_device_cpu_hides_the_gpus_from_the_ranks(kernel: Kernel) -> None:
+    ok(kernel, "%ddp_start -n 2 --device cpu")
+    seen = ok(
+        kernel,
+        "%%ddp --return seen\nimport os\nseen = (str(device), os.environ['CUDA_VISIBLE_DEVICES'], dist.get_backend())\n",
+    )
+    assert "seen" not in seen.stdout
+    assert ok(kernel, "print(_ddp)").stdout.strip() == "{0: ('cpu', '', 'gloo'), 1: ('cpu', '', 'gloo')}"
+
+
+def test_fsdp_where_it_cannot_shard_is_one_line(kernel: Kernel) -> None:
+    said = error_of(kernel, "%ddp_start -n 2 --fsdp --device cpu --backend nccl")
+    assert "UsageError: --device cpu needs --backend gloo" in said
+    cell = kernel.run("%ddp_start -n 1 --fsdp")
+    assert cell.error is None
+    said = kernel.run("%%ddp\nshard(torch.nn.Linear(2, 2), cpu_offload=True)\n").traceback
+    assert "cpu_offload keeps GPU ranks' shards on the CPU" in said
