@@ -318,3 +318,29 @@ def test_fsdp_where_it_cannot_shard_is_one_line(kernel: Kernel) -> None:
     assert cell.error is None
     said = kernel.run("%%ddp\nshard(torch.nn.Linear(2, 2), cpu_offload=True)\n").traceback
     assert "cpu_offload keeps GPU ranks' shards on the CPU" in said
+
+
+def test_a_one_shot_launch_shards_too(kernel: Kernel) -> None:
+    cell = ok(
+        kernel,
+        "%%ddp_launch -n 2 --fsdp --return n\n"
+        + MODEL
+        + "model = shard(Tiny())\nn = sum(p.to_local().numel() for p in model.parameters())\n",
+    )
+    assert "shard: 3 layers (TransformerEncoderLayer) and the root over 2 ranks (cpu)" in cell.stdout
+    assert [line.split(":")[0] for line in cell.stdout.splitlines() if line.startswith("rank ")] == [
+        "rank 0",
+        "rank 1",
+    ]
+    ns: dict = {"torch": torch}
+    exec(MODEL, ns)
+    whole = sum(p.numel() for p in ns["Tiny"]().parameters())
+    halves = ok(kernel, "print(sum(_ddp.values()))").stdout.strip()
+    assert int(halves) == whole  # the two shards make the whole model, nothing twice
+
+
+def test_a_folder_the_system_will_not_let_anyone_write_is_one_line(kernel: Kernel) -> None:
+    start(kernel, 2)
+    ok(kernel, sharded_training(1))
+    said = error_of(kernel, "%ddp_save /proc/ckpt --model model")  # even root cannot make it
+    assert said.startswith("UsageError: cannot save to /proc/ckpt: ")

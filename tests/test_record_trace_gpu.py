@@ -1,10 +1,11 @@
 """Record the simulated backend's replay trace on a GPU machine (issue #16): a few minutes of a
-PyTorch training run on every GPU, sampled by jupyter_gpu's own sampler, written where the
-package's default trace lives so that the next commit carries it. Run on the H200 machine with
+PyTorch training run on every GPU, sampled by jupyter_gpu's own sampler. Run on the GPU machine
+with
 
-    JUPYTER_GPU_RECORD_TRACE=1 python -m pytest -m gpu tests/test_record_trace_gpu.py -s
+    JUPYTER_GPU_RECORD_DIR=out python -m pytest -m gpu tests/test_record_trace_gpu.py -s
 
-(without JUPYTER_GPU_RECORD_TRACE it writes to a temporary file and only checks the recording).
+and it leaves ``out/h200_trace.json`` to bring back and package (without the variable it writes
+to a temporary file and only checks the recording).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGED = ROOT / "jupyter_gpu" / "nvml" / "h200_2gpu_trace.json"
 
 pytestmark = [
     pytest.mark.gpu,
@@ -29,7 +29,9 @@ pytestmark = [
 def test_record_a_training_trace(tmp_path):
     import subprocess
 
-    out = PACKAGED if os.environ.get("JUPYTER_GPU_RECORD_TRACE") == "1" else tmp_path / "trace.json"
+    record = Path(os.environ.get("JUPYTER_GPU_RECORD_DIR", tmp_path))
+    record.mkdir(parents=True, exist_ok=True)
+    out = record / "h200_trace.json"
     seconds = float(os.environ.get("JUPYTER_GPU_TRACE_SECONDS", "180"))
     result = subprocess.run(
         [
