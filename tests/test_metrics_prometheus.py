@@ -262,4 +262,12 @@ async def test_promtool_accepts_the_exposition_and_the_rules(jp_fetch, gpu_monit
     checked = subprocess.run([promtool, "check", "metrics"], input=ours, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     rules = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert rules.returncode == 0 and "SUCCESS: 29 rules found" in rules.stdout, rules.stdout + rules.stderr
+    assert rules.returncode == 0 and "SUCCESS: 30 rules found" in rules.stdout, rules.stdout + rules.stderr
+
+
+def test_the_idle_kernel_alert_fires_for_idle_memory_only(prometheus_tools):
+    """promtool's rule unit test: an idle kernel holding 38 GiB alerts after 5 minutes; one
+    holding 512 MiB, or one that ran a cell a minute ago, does not."""
+    unit = Path(__file__).parent / "fixtures" / "prometheus_rules_test.yml"
+    done = subprocess.run([prometheus_tools[1], "test", "rules", str(unit)], capture_output=True, text=True)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
