@@ -37,7 +37,7 @@ async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serve
         assert (await cells.run("import torch", "imports")).status == "ok"
         asks = await cells.run("print(torch.cuda.is_initialized())", "asks")
         assert (
-            asks.status == "ok" and asks.output.strip() == "False"
+            asks.status == "ok" and asks.stream().strip() == "False"
         )  # recording two cells initialised nothing
         for name, gib in (("a", 1), ("b", 2), ("c", 4)):
             assert (await cells.run(keep(name, gib), f"keep-{gib}")).status == "ok"
@@ -47,7 +47,7 @@ async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serve
             "print(torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated())", "torch"
         )
         assert figures.status == "ok"
-        allocated, peak = map(int, figures.output.split())
+        allocated, peak = map(int, figures.stream().split())
         pid = jp_serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
 
         async def all_cells():
@@ -90,7 +90,7 @@ async def test_an_oom_names_the_cell_that_holds_the_most(jp_fetch, jp_serverapp,
         assert (await cells.run(keep("big", 6), "big")).status == "ok"
         huge = await cells.run("huge = torch.empty(2**40, dtype=torch.uint8, device='cuda')", "huge")
         assert huge.status == "error"
-        out = huge.output
+        out = huge.shown
 
         async def recorded():
             body = await get_cells(jp_fetch, kernel_id)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HAS_GPU, wait_until
+from kernel_client import run
 from test_doctor import check, healthy
 
 from jupyter_gpu.doctor import Status, evaluate
@@ -489,19 +490,8 @@ def test_no_diagnostic_magic_initialises_cuda_in_the_kernel():
 
     env = {**ENV, "JUPYTER_GPU_DDP_PRESTART": "0"}
     manager, client = start_new_kernel(kernel_name="python3", env=env)
-
-    def run(code: str) -> tuple[dict, str]:
-        messages: list[dict] = []
-        reply = client.execute_interactive(code, timeout=180, output_hook=messages.append)
-        text = "".join(
-            m["content"]["text"]
-            for m in messages
-            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
-        )
-        return reply["content"], text
-
     try:
-        assert run("%load_ext jupyter_gpu\nimport torch")[0]["status"] == "ok"
+        assert run(client, "%load_ext jupyter_gpu\nimport torch", timeout=180).ok
         for magic in (
             "%gpu_doctor",
             "%gpu_doctor --json",
@@ -510,11 +500,12 @@ def test_no_diagnostic_magic_initialises_cuda_in_the_kernel():
             "%gpu_monitor --interval 0.2",
             "%gpu_monitor --stop",
         ):
-            reply, _ = run(magic)
-            assert reply["status"] == "ok", (magic, reply)
-            assert run("print(torch.cuda.is_initialized())")[1].strip() == "False", magic
-        _, out = run("%gpu_doctor --json --no-server")
-        assert json.loads(out)["cuda_ready"] is True
+            cell = run(client, magic, timeout=180)
+            assert cell.ok, (magic, cell.reply)
+            initialised = run(client, "print(torch.cuda.is_initialized())", timeout=180).stream()
+            assert initialised.strip() == "False", magic
+        doctor = json.loads(run(client, "%gpu_doctor --json --no-server", timeout=180).stream())
+        assert doctor["cuda_ready"] is True
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

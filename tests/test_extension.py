@@ -6,16 +6,14 @@ magic, event callback, thread and file back. The tests share one kernel and run 
 from __future__ import annotations
 
 import json
-import os
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import wait_until
-from jupyter_client.manager import KernelManager
+from kernel_client import RealKernel
 
 REPO = Path(__file__).resolve().parent.parent
 READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
@@ -44,83 +42,13 @@ print(json.dumps({"magics": {kind: sorted(table) for kind, table in _ip.magics_m
                   "threads": sorted(t.name for t in threading.enumerate()),
                   "torch": "torch" in sys.modules}))
 """
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class Cell:
-    """What one execute request produced."""
-
-    def __init__(self, reply: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        self.reply = reply
-        self.messages = messages
-
-    @property
-    def ok(self) -> bool:
-        return self.reply["status"] == "ok"
-
-    @property
-    def number(self) -> int:
-        """The execution count the notebook shows beside the cell."""
-        return next(
-            m["content"]["execution_count"] for m in self.messages if m["msg_type"] == "execute_input"
-        )
-
-    def stream(self, name: str = "stdout") -> str:
-        return "".join(
-            m["content"]["text"]
-            for m in self.messages
-            if m["msg_type"] == "stream" and m["content"]["name"] == name
-        )
-
-    @property
-    def shown(self) -> str:
-        """Text of everything displayed: streams, rich outputs' text/plain, tracebacks."""
-        parts = []
-        for m in self.messages:
-            content = m["content"]
-            if m["msg_type"] == "stream":
-                parts.append(content["text"])
-            elif m["msg_type"] in ("display_data", "execute_result"):
-                parts.append(content["data"].get("text/plain", ""))
-            elif m["msg_type"] == "error":
-                parts.append(_ANSI.sub("", "\n".join(content["traceback"])))
-        return "".join(parts)
-
-
-class RealKernel:
-    """An ipykernel whose connection file (and so the agent's stats file) lives in ``runtime``."""
-
-    def __init__(self, runtime: Path) -> None:
-        self.kernel_id = str(uuid.uuid4())
-        self.runtime = runtime
-        env = dict(
-            os.environ,
-            JUPYTER_RUNTIME_DIR=str(runtime),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        )
-        self.km = KernelManager(connection_file=str(runtime / f"kernel-{self.kernel_id}.json"))
-        self.km.start_kernel(env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 120) -> Cell:
-        messages: list[dict[str, Any]] = []
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=messages.append)
-        return Cell(reply["content"], messages)
-
-    def state(self) -> dict[str, Any]:
-        cell = self.run(SHELL_STATE)
-        assert cell.ok, cell.shown
-        return json.loads(cell.stream())
-
-    @property
-    def stats_file(self) -> Path:
-        return self.runtime / f"jupyter_gpu-kernel-{self.kernel_id}.json"
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+def shell_state(kernel: RealKernel) -> dict[str, Any]:
+    """The shell's magics, event callbacks, threads and whether torch is imported."""
+    cell = kernel.run(SHELL_STATE)
+    assert cell.ok, cell.shown
+    return json.loads(cell.stream())
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +61,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealKernel]:
 @pytest.fixture(scope="module")
 def before_load(kernel: RealKernel) -> dict[str, Any]:
     """The shell as it was before jupyter_gpu was loaded."""
-    return kernel.state()
+    return shell_state(kernel)
 
 
 def _added(state: dict[str, Any], before: dict[str, Any]) -> dict[str, list[str]]:
@@ -143,7 +71,7 @@ def _added(state: dict[str, Any], before: dict[str, Any]) -> dict[str, list[str]
 def test_load_ext_adds_every_magic_and_imports_no_torch(kernel: RealKernel, before_load: dict) -> None:
     cell = kernel.run("%load_ext jupyter_gpu")
     assert cell.ok and cell.shown == ""
-    state = kernel.state()
+    state = shell_state(kernel)
     assert _added(state, before_load) == MAGICS
     assert state["torch"] is False
 
@@ -227,16 +155,16 @@ def test_unload_ext_takes_everything_back(kernel: RealKernel, before_load: dict)
         "%gpu_monitor --interval 0.5"
     )
     assert monitor.ok, monitor.shown
-    assert "jupyter_gpu-monitor" in kernel.state()["threads"]
+    assert "jupyter_gpu-monitor" in shell_state(kernel)["threads"]
 
     assert kernel.run("%unload_ext jupyter_gpu").ok
-    state = kernel.state()
+    state = shell_state(kernel)
     assert _added(state, before_load) == {"line": [], "cell": []}
     assert state["callbacks"] == before_load["callbacks"]
     assert not kernel.stats_file.exists()
     wait_until(
         "the jupyter_gpu threads end",
-        lambda: not {"jupyter_gpu-agent", "jupyter_gpu-monitor"} & set(kernel.state()["threads"]),
+        lambda: not {"jupyter_gpu-agent", "jupyter_gpu-monitor"} & set(shell_state(kernel)["threads"]),
     )
     cell = kernel.run("%gpu_mem")
     assert cell.stream("stderr").startswith("UsageError: Line magic function `%gpu_mem` not found")
@@ -246,6 +174,6 @@ def test_unload_ext_takes_everything_back(kernel: RealKernel, before_load: dict)
 
 def test_load_ext_again_after_unload(kernel: RealKernel, before_load: dict) -> None:
     assert kernel.run("%load_ext jupyter_gpu").ok
-    assert _added(kernel.state(), before_load) == MAGICS
+    assert _added(shell_state(kernel), before_load) == MAGICS
     assert "has not initialised CUDA" in kernel.run("%gpu_mem").shown
     wait_until("the agent publishes again", kernel.stats_file.exists)

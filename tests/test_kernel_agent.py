@@ -13,6 +13,7 @@ import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from _fake_torch import UUID0, FakeCuda, install
 from conftest import wait_until
 from IPython.core.getipython import get_ipython
 from IPython.testing.globalipapp import start_ipython
+from kernel_client import RealKernel
 
 from jupyter_gpu import runtime_dir
 from jupyter_gpu.analysis.stats_file import file_name
@@ -333,53 +335,38 @@ def test_agent_does_not_initialise_cuda_after_torch_import(tmp_path: Path) -> No
 
 
 @pytest.fixture
-def kernel(tmp_path: Path):
+def kernel(tmp_path: Path) -> Iterator[RealKernel]:
     """A real ipykernel with the repo on its path and its runtime dir in tmp_path."""
-    from jupyter_client.manager import KernelManager
-
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JUPYTER_RUNTIME_DIR": str(tmp_path)}
-    km = KernelManager(connection_file=str(tmp_path / f"kernel-{KID}.json"))
-    km.start_kernel(env=env)
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
-    yield km, kc
-    kc.stop_channels()
-    if km.is_alive():
-        km.shutdown_kernel(now=False)
+    kernel = RealKernel(tmp_path)
+    yield kernel
+    kernel.close()
 
 
-def _execute(kc, code: str) -> str:
-    reply = kc.execute_interactive(code, timeout=120, output_hook=_collect.append)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    text = "".join(m["content"].get("text", "") for m in _collect if m["msg_type"] == "stream")
-    _collect.clear()
-    return text
+def _stdout(kernel: RealKernel, code: str) -> str:
+    cell = kernel.run(code)
+    assert cell.ok, cell.shown
+    return cell.stream()
 
 
-_collect: list[dict] = []
-
-
-def test_real_kernel(kernel, tmp_path: Path) -> None:
-    km, kc = kernel
-    path = tmp_path / file_name(KID)
-    _execute(kc, "%load_ext jupyter_gpu")
+def test_real_kernel(kernel: RealKernel, tmp_path: Path) -> None:
+    kid, path = kernel.kernel_id, kernel.stats_file
+    _stdout(kernel, "%load_ext jupyter_gpu")
     wait_until("the agent's stats file", path.exists, timeout=30)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    stats, reason = read_kernel_stats(tmp_path, KID)
+    stats, reason = read_kernel_stats(tmp_path, kid)
     assert reason is None and stats["cuda_in_use"] is False
-    assert stats["pid"] == km.provisioner.pid
-    imported_at = float(_execute(kc, "import time, torch; x = torch.ones(4); print(time.time())"))
+    assert stats["pid"] == kernel.km.provisioner.pid
+    imported_at = float(_stdout(kernel, "import time, torch; x = torch.ones(4); print(time.time())"))
     wait_until(
         "the agent to write again after torch was imported",
-        lambda: (read_kernel_stats(tmp_path, KID).stats or {}).get("time", 0) > imported_at,
+        lambda: (read_kernel_stats(tmp_path, kid).stats or {}).get("time", 0) > imported_at,
         timeout=30,
     )
-    assert read_kernel_stats(tmp_path, KID).stats["cuda_in_use"] is False
-    assert _execute(kc, "print(torch.cuda.is_initialized())").strip() == "False"
-    _execute(kc, "%unload_ext jupyter_gpu")
+    assert read_kernel_stats(tmp_path, kid).stats["cuda_in_use"] is False
+    assert _stdout(kernel, "print(torch.cuda.is_initialized())").strip() == "False"
+    _stdout(kernel, "%unload_ext jupyter_gpu")
     assert not path.exists()
-    _execute(kc, "%load_ext jupyter_gpu")
+    _stdout(kernel, "%load_ext jupyter_gpu")
     wait_until("the stats file after loading again", path.exists, timeout=30)
-    km.shutdown_kernel(now=False)
+    kernel.km.shutdown_kernel(now=False)
     wait_until("the stats file to go with the kernel", lambda: not path.exists(), timeout=30)

@@ -37,7 +37,7 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
     kernel_id = await start_notebook_kernel(jp_fetch, "work/analysis.ipynb")
     kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
     cell = await execute(kernel, "%load_ext jupyter_gpu\nimport torch\nprint(torch.cuda.is_initialized())")
-    assert cell.traceback == "" and cell.printed.strip() == "False"
+    assert cell.traceback == "" and cell.stream().strip() == "False"
     stats = await poll(lambda: read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats)
     assert stats["pid"] == kernel.provisioner.pid
     assert stats["cuda_in_use"] is False and stats["devices"] == []
@@ -48,7 +48,7 @@ async def test_agent_file_is_read_by_the_server(jp_fetch, jp_serverapp, kernel_e
 
     await poll(a_later_write)  # the agent ran again with torch imported...
     cell = await execute(kernel, "print(torch.cuda.is_initialized())")
-    assert cell.printed.strip() == "False"  # ...and did not initialise CUDA
+    assert cell.stream().strip() == "False"  # ...and did not initialise CUDA
     await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
     assert read_kernel_stats(jp_serverapp.runtime_dir, kernel_id).stats is None
     path = Path(jp_serverapp.runtime_dir) / f"jupyter_gpu-kernel-{kernel_id}.json"
@@ -62,8 +62,9 @@ async def test_oom_explanation_comes_after_the_traceback(jp_fetch, jp_serverapp,
         kernel, f"%load_ext jupyter_gpu\nimport torch\nraise torch.OutOfMemoryError({message!r})"
     )
     assert "OutOfMemoryError" in cell.traceback and message in cell.traceback
-    assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in cell.printed
-    assert cell.order == ["error", "stream"]
+    assert "Asked for 20.0 GiB; the GPU had 3.00 GiB free of 140 GiB." in cell.stream()
+    outputs = [m["msg_type"] for m in cell.messages if m["msg_type"] in ("error", "stream")]
+    assert outputs == ["error", "stream"]
 
 
 @pytest.mark.gpu
@@ -80,7 +81,7 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
             "print('held')"
         ),
     )
-    assert held.printed.strip() == "held", held.traceback
+    assert held.stream().strip() == "held", held.traceback
     victim_id = await start_notebook_kernel(jp_fetch, "me/victim.ipynb")
     victim = manager.get_kernel(victim_id)
     cell = await execute(
@@ -92,8 +93,8 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
         ),
     )
     assert "OutOfMemoryError" in cell.traceback  # the original traceback is still there
-    assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in cell.printed
-    assert "notebook team/hog.ipynb" in cell.printed
+    assert "jupyter_gpu: why CUDA ran out of memory on GPU 0" in cell.stream()
+    assert "notebook team/hog.ipynb" in cell.stream()
 
     def oom_recorded():  # files written before the cell's OOM (even after CUDA started) lack it
         stats = read_kernel_stats(jp_serverapp.runtime_dir, victim_id).stats
@@ -101,4 +102,4 @@ async def test_oom_names_the_notebook_holding_the_gpu(jp_fetch, jp_serverapp, ke
 
     stats = await poll(oom_recorded)
     assert stats["cuda_in_use"] is True
-    print(cell.printed)
+    print(cell.stream())

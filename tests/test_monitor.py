@@ -18,6 +18,7 @@ from conftest import HAS_GPU, READINGS
 
 pytest.importorskip("ipywidgets")
 from jupyter_client.manager import start_new_kernel  # noqa: E402
+from kernel_client import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "jupyter_gpu-monitor"
@@ -35,9 +36,9 @@ class Frontend:
 
     def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Execute a cell; its reply and the iopub messages that arrived meanwhile (any parent)."""
-        first = len(self.iopub)
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=self.iopub.append)
-        return reply["content"], self.iopub[first:]
+        cell = run(self.kc, code, timeout)
+        self.iopub.extend(cell.messages)
+        return cell.reply, cell.messages
 
     def stdout(self, code: str) -> str:
         reply, messages = self.run(code)

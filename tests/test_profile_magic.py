@@ -18,7 +18,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402
-from test_kernel_magics_e2e import run  # noqa: E402 -- one way to execute a cell in a kernel
+from kernel_client import run  # noqa: E402
 
 from jupyter_gpu.analysis.profile import CELL_MARK, analyse  # noqa: E402
 from jupyter_gpu.kernel import profile_magic  # noqa: E402
@@ -79,8 +79,7 @@ def notebook(tmp_path_factory):
     )
     env.pop("KINETO_LOG_LEVEL", None)
     manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(folder))
-    reply, _ = run(client, "%load_ext jupyter_gpu")
-    assert reply["status"] == "ok"
+    assert run(client, "%load_ext jupyter_gpu").ok
     yield client, folder
     client.stop_channels()
     manager.shutdown_kernel(now=True)
@@ -98,41 +97,39 @@ def shown(messages: list[dict]) -> tuple[str, str]:
 
 def test_a_cpu_cell_prints_the_tables_and_saves_a_trace_next_to_the_notebook(notebook):
     client, folder = notebook
-    _, before = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
-    reply, messages = run(
+    before = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
+    cell = run(
         client,
         "%%gpu_profile --top 5\nimport torch\nx = torch.ones(64, 64)\nfor _ in range(7):\n"
         "    y = torch.mm(x, x)\ny.sum().item()",
     )
-    assert reply["status"] == "ok"
-    text, html = shown(messages)
+    assert cell.ok
+    text, html = shown(cell.messages)
     assert text.startswith("gpu_profile: CPU only")
     assert "wall time" in text and "top operators by CPU time" in text
     assert any(line.split()[:1] == ["aten::mm"] and "7 calls" in line for line in text.splitlines())
     assert "no GPU activity in this trace" in text
     assert "<table>" in html and "aten::mm" in html
-    assert outputs(messages, "stream") == []  # kineto's start/stop lines stay out of the cell
-    (result,) = outputs(messages, "execute_result")
+    assert outputs(cell.messages, "stream") == []  # kineto's start/stop lines stay out of the cell
+    (result,) = outputs(cell.messages, "execute_result")
     assert result["data"]["text/plain"] == "262144.0"  # the cell's value, as without the magic
-    trace = folder / f"train-In{reply['execution_count']}.pt.trace.json"
+    trace = folder / f"train-In{cell.reply['execution_count']}.pt.trace.json"
     assert f"trace saved to {trace}" in text
     assert isinstance(json.loads(trace.read_text())["traceEvents"], list)
-    _, after = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
-    names = set(eval(outputs(after, "stream")[0]["text"])) - set(eval(outputs(before, "stream")[0]["text"]))
+    after = run(client, "print(sorted(k for k in globals() if not k.startswith('_')))")
+    names = set(eval(after.stream())) - set(eval(before.stream()))
     assert names == {"torch", "x", "y"}  # the cell's own names, nothing of the magic's
 
 
 def test_a_failing_cell_keeps_its_traceback_and_is_still_profiled(notebook):
     client, _ = notebook
-    reply, messages = run(client, "%%gpu_profile\nz = torch.ones(3).sum()\nraise ValueError('planted')")
-    assert reply["status"] == "error" and reply["ename"] == "ValueError"
-    text, _ = shown(messages)
+    cell = run(client, "%%gpu_profile\nz = torch.ones(3).sum()\nraise ValueError('planted')")
+    assert cell.status == "error" and cell.reply["ename"] == "ValueError"
+    text, _ = shown(cell.messages)
     assert "aten::sum" in text and "aten::ones" in text
-    traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(reply["traceback"]))
-    assert re.search(r"----> 3 raise ValueError\('planted'\)", traceback)  # the cell's line numbers
-    assert "profile_magic.py" not in traceback  # the magic's own frames stay hidden
-    _, out = run(client, "print(z.item())")
-    assert outputs(out, "stream")[0]["text"].strip() == "3.0"
+    assert re.search(r"----> 3 raise ValueError\('planted'\)", cell.traceback)  # the cell's line numbers
+    assert "profile_magic.py" not in cell.traceback  # the magic's own frames stay hidden
+    assert run(client, "print(z.item())").stream().strip() == "3.0"
 
 
 SHARED = Path("/dev/shm")  # another filesystem than /tmp, where the trace is exported first
@@ -154,16 +151,16 @@ def test_a_symlink_planted_at_the_trace_name_is_replaced_not_written_through(tmp
     )
     manager, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(folder))
     try:
-        assert run(client, "%load_ext jupyter_gpu")[0]["status"] == "ok"
-        reply, messages = run(client, "%%gpu_profile\nimport torch\nv = torch.ones(8) * 2")
+        assert run(client, "%load_ext jupyter_gpu").ok
+        cell = run(client, "%%gpu_profile\nimport torch\nv = torch.ones(8) * 2")
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-    trace = folder / f"lesson-In{reply['execution_count']}.pt.trace.json"
+    trace = folder / f"lesson-In{cell.reply['execution_count']}.pt.trace.json"
     try:
         assert victim.read_text() == "precious"
         assert not trace.is_symlink() and json.loads(trace.read_text())["traceEvents"]
-        assert f"trace saved to {trace}" in shown(messages)[0]
+        assert f"trace saved to {trace}" in shown(cell.messages)[0]
     finally:
         shutil.rmtree(folder)
 
@@ -172,22 +169,22 @@ def test_an_unwritable_trace_path_is_a_clear_error_and_the_profile_is_still_show
     client, folder = notebook
     blocked = folder / "not-a-folder"
     blocked.write_text("a file")
-    reply, messages = run(client, f"%%gpu_profile --trace {blocked}/t.json\nw = torch.zeros(4) + 1")
-    assert reply["status"] == "ok"
-    text, _ = shown(messages)
+    cell = run(client, f"%%gpu_profile --trace {blocked}/t.json\nw = torch.zeros(4) + 1")
+    assert cell.ok
+    text, _ = shown(cell.messages)
     assert f"could not save the trace: {blocked}/t.json: Not a directory" in text
     assert "aten::add" in text
 
 
 def test_memory_and_shapes_on_the_cpu(notebook):
     client, folder = notebook
-    reply, messages = run(
+    cell = run(
         client,
         f"%%gpu_profile --memory --record-shapes --sort memory --trace {folder}\n"
         "big = torch.empty(1024, 1024)\nv = torch.mm(torch.ones(8, 16), torch.ones(16, 4))",
     )
-    assert reply["status"] == "ok"
-    text, _ = shown(messages)
+    assert cell.ok
+    text, _ = shown(cell.messages)
     assert "top operators by memory allocated" in text
     assert "peak allocated on CPU" in text
     assert any(
@@ -195,7 +192,9 @@ def test_memory_and_shapes_on_the_cpu(notebook):
         for line in text.splitlines()
     )
     assert "aten::mm [8, 16], [16, 4]" in text
-    assert (folder / f"train-In{reply['execution_count']}.pt.trace.json").exists()  # a folder: default name
+    assert (
+        folder / f"train-In{cell.reply['execution_count']}.pt.trace.json"
+    ).exists()  # a folder: default name
 
 
 # -- on a GPU (run on the H200 machine) ------------------------------------------------------------
