@@ -96,7 +96,7 @@ def error_of(kernel: Kernel, code: str) -> str:
     cell = kernel.run(code)
     said = cell.traceback if cell.error is not None else cell.stderr
     assert cell.error is not None or said.startswith("UsageError: "), f"{code!r} did not fail: {cell.stdout}"
-    assert "Traceback" not in said and "File " not in said, said
+    assert "Traceback (most recent call last)" not in said and 'File "' not in said, said
     return said.strip()
 
 
@@ -218,9 +218,8 @@ def test_bad_paths_and_models_are_one_line_and_lose_nothing(kernel: Kernel, tmp_
     assert "holds no checkpoint" in error_of(kernel, f"%ddp_save {notes} --model model")
     assert (notes / "todo.txt").read_text() == "mine" and len(list(notes.iterdir())) == 1
     assert "is not a checkpoint folder" in error_of(kernel, f"%ddp_save {notes / 'todo.txt'} --model model")
-    assert "is not a folder" in error_of(
-        kernel, f"%ddp_save {tmp_path / 'no' / 'such' / 'dir'} --model model"
-    )
+    missing = tmp_path / "no" / "such"
+    assert f"{missing} does not exist" in error_of(kernel, f"%ddp_save {missing / 'dir'} --model model")
     # a load whose shapes differ names the tensor; the ranks keep their variables
     ok(kernel, "%%ddp\nwide = shard(torch.nn.Sequential(torch.nn.Linear(8, 64)), quiet=True)\n")
     said = error_of(kernel, f"%ddp_load {ckpt} --model wide")
@@ -290,11 +289,12 @@ def test_a_checkpoint_in_a_folder_everyone_may_rename_in_is_not_loaded(
 ) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o777)  # no sticky bit: anyone may swap the checkpoint folder for their own
     ckpt = shared / "ckpt"
     saved(kernel, ckpt)
-    assert "may be changed by every user" in error_of(kernel, f"%ddp_load {ckpt} --model model")
-    shared.chmod(0o1777)  # /tmp's kind: only the owner may rename it
+    shared.chmod(0o777)  # no sticky bit: anyone may swap the checkpoint folder for their own
+    assert "may be changed by its group or every user" in error_of(kernel, f"%ddp_load {ckpt} --model model")
+    assert "may be changed by its group or every user" in error_of(kernel, f"%ddp_save {ckpt} --model model")
+    shared.chmod(0o1777)  # /tmp's kind, and ours: only the owner of an entry may rename it
     assert "Loaded model 'model'" in ok(kernel, f"%ddp_load {ckpt} --model model").stdout
 
 
@@ -344,3 +344,88 @@ def test_a_folder_the_system_will_not_let_anyone_write_is_one_line(kernel: Kerne
     ok(kernel, sharded_training(1))
     said = error_of(kernel, "%ddp_save /proc/ckpt --model model")  # even root cannot make it
     assert said.startswith("UsageError: cannot save to /proc/ckpt: ")
+
+
+def test_a_group_writable_folder_on_the_way_is_refused_for_loads_and_saves(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    """A team folder (2775): a group member could swap the checkpoint for a pickle of theirs
+    between the check and the ranks' reads, or the save's folder for a link to a private one."""
+    team = tmp_path / "team"
+    team.mkdir()
+    saved(kernel, team / "ckpt")
+    team.chmod(0o2775)
+    for magic in (f"%ddp_load {team / 'ckpt'} --model model", f"%ddp_save {team / 'new'} --model model"):
+        assert f"{team} may be changed by its group or every user" in error_of(kernel, magic)
+    deeper = team / "mine"
+    deeper.mkdir(mode=0o755)
+    assert f"{team} may be changed by" in error_of(kernel, f"%ddp_save {deeper / 'ckpt'} --model model")
+    assert sorted(p.name for p in team.iterdir()) == ["ckpt", "mine"] and not any(deeper.iterdir())
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a folder of another user needs root to make")
+def test_a_sticky_folder_of_another_user_on_the_way_is_refused(kernel: Kernel, tmp_path: Path) -> None:
+    """/tmp-like (1777) but the stranger's: its owner may rename what others keep in it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "victim").mkdir()
+    saved(kernel, ws / "victim" / "ckpt")
+    os.chown(ws, 65534, 65534)
+    ws.chmod(0o1777)
+    said = error_of(kernel, f"state = %ddp_load_local {ws / 'victim' / 'ckpt'}")
+    assert f"{ws} may be changed by another user" in said
+    assert f"{ws} may be changed by another user" in error_of(
+        kernel, f"%ddp_load {ws / 'victim' / 'ckpt'} --model model"
+    )
+
+
+def test_a_model_on_some_ranks_only_is_one_line_and_keeps_the_ranks(kernel: Kernel, tmp_path: Path) -> None:
+    start(kernel, 2)
+    ok(kernel, "%%ddp\nif RANK == 0:\n    solo = torch.nn.Linear(2, 2)\nkept = RANK\n")
+    said = error_of(kernel, f"%ddp_save {tmp_path / 'solo'} --model solo")
+    assert said.startswith("--model solo: is not defined") and "(rank 1;" in said, said
+    assert not (tmp_path / "solo").exists() and list(tmp_path.iterdir()) == []
+    ok(kernel, "%%ddp --return kept\nkept += 10\n")
+    assert ok(kernel, "print(_ddp)").stdout.strip() == "{0: 10, 1: 11}"  # alive, variables kept
+
+
+def test_a_user_with_umask_002_can_load_and_save_again(kernel: Kernel, tmp_path: Path) -> None:
+    ok(kernel, "import os\n_old_umask = os.umask(0o002)")
+    try:
+        ckpt = tmp_path / "ckpt"
+        saved(kernel, ckpt)
+        assert {oct(p.stat().st_mode & 0o777) for p in ckpt.iterdir()} == {"0o644"}
+        assert oct(ckpt.stat().st_mode & 0o777) == "0o755"
+        assert "Loaded model 'model'" in ok(kernel, f"%ddp_load {ckpt} --model model").stdout
+        assert "replacing the older checkpoint" in ok(kernel, f"%ddp_save {ckpt} --model model").stdout
+    finally:
+        ok(kernel, "os.umask(_old_umask)")
+
+
+def test_odd_paths_are_one_line(kernel: Kernel, tmp_path: Path) -> None:
+    ckpt = tmp_path / "my ckpt"
+    said = saved(kernel, Path(f'"{ckpt}"'))  # quoted, with a space: one folder of that name
+    assert f"to {ckpt}: " in said and (ckpt / ".metadata").is_file()
+    assert "give the checkpoint's folder, one path" in error_of(kernel, "%ddp_save '' --model model")
+    assert error_of(kernel, f"%ddp_load {tmp_path / ('x' * 300)} --model model").startswith("UsageError: ")
+    assert error_of(kernel, "%ddp_load /etc/passwd/x --model model").startswith("UsageError: ")
+    (ckpt / ".metadata").write_bytes(b"not a pickle")
+    said = error_of(kernel, f'state = %ddp_load_local "{ckpt}"')
+    assert said.startswith(f"UsageError: cannot load {ckpt}: ")
+
+
+def test_a_folder_planted_at_the_target_during_the_save_is_one_line(kernel: Kernel, tmp_path: Path) -> None:
+    """Someone makes the target while the ranks write (here rank 0 itself, as DCP asks for its
+    state): the rename cannot replace it, the cell says so, and nothing is left half-done."""
+    start(kernel, 2)
+    target = tmp_path / "ckpt"
+    ok(
+        kernel,
+        "%%ddp\nimport os\nmodel = torch.nn.Linear(2, 2)\n"
+        f"def _plant(*a, **k):\n    os.makedirs({str(target)!r}, exist_ok=True)\n"
+        f"    open(os.path.join({str(target)!r}, 'theirs'), 'w').close()\n"
+        "if RANK == 0:\n    model.register_state_dict_pre_hook(_plant)\n",
+    )
+    said = error_of(kernel, f"%ddp_save {target} --model model")
+    assert said.startswith(f"UsageError: cannot save to {target}: ") and "nothing was replaced" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"] and os.listdir(target) == ["theirs"]

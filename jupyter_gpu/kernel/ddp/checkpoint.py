@@ -15,15 +15,45 @@ same checkpoint loads into DDP, FSDP2 and a plain model alike.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_LISTED = 3  # mismatches named in one error
 
 
 class Problem(Exception):
-    """Why a save or load cannot go on, said in one line (nothing was written or changed)."""
+    """Why a save or load cannot go on, said in one line (nothing was written or changed).
+    ``secondary``: this rank could have, another could not."""
+
+    def __init__(self, text: str, secondary: bool = False) -> None:
+        super().__init__(text)
+        self.secondary = secondary
+
+
+def prepared(step: Callable[[], T]) -> T:
+    """Run a save's or load's own checks on this rank, then agree with every rank before DCP's
+    collectives begin: a rank that stopped alone would leave the others waiting in them forever."""
+    import torch
+    import torch.distributed as dist
+
+    problem: Problem | None = None
+    try:
+        value = step()
+    except Problem as exc:
+        problem = exc
+    except Exception as exc:
+        problem = Problem(one_line(exc))
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    every = torch.tensor([0 if problem else 1], device=on)
+    dist.all_reduce(every, op=dist.ReduceOp.MIN)
+    if problem is not None:
+        raise problem
+    if not every.item():
+        raise Problem("another rank could not go on", secondary=True)
+    return value
 
 
 def one_line(exc: BaseException) -> str:
@@ -151,14 +181,14 @@ def save(
     the same model. Returns what rank 0 reports: tensors and their bytes in all."""
     import torch.distributed.checkpoint as dcp
 
-    model, optimizer = objects(namespace, model_name, optimizer_name)
-    state = state_of(model, optimizer)
-    if replaces:
-        check_fits(
-            {"model": state["model"]},
-            replaces,
-            f"{replaces} holds a checkpoint of another model, left as it was",
-        )
+    def check() -> dict[str, Any]:
+        state = state_of(*objects(namespace, model_name, optimizer_name))
+        if replaces:
+            what = f"{replaces} holds a checkpoint of another model, left as it was"
+            check_fits({"model": state["model"]}, replaces, what)
+        return state
+
+    state = prepared(check)
     dcp.save(state, checkpoint_id=path)
     return {"tensors": len(shapes(state)), "bytes": _bytes(state)}
 
@@ -168,10 +198,15 @@ def load(namespace: Mapping[str, Any], model_name: str, optimizer_name: str, pat
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
+    def check() -> dict[str, Any]:
+        # an optimizer that never stepped gets its state made here, to be filled
+        state = state_of(*objects(namespace, model_name, optimizer_name))
+        named = f"--model {model_name}" + (f" --optimizer {optimizer_name}" if optimizer_name else "")
+        check_fits(state, path, f"{path} does not fit {named}")
+        return state
+
+    state = prepared(check)
     model, optimizer = objects(namespace, model_name, optimizer_name)
-    state = state_of(model, optimizer)  # an optimizer that never stepped gets its state made here
-    named = f"--model {model_name}" + (f" --optimizer {optimizer_name}" if optimizer is not None else "")
-    check_fits(state, path, f"{path} does not fit {named}")
     dcp.load(state, checkpoint_id=path)
     if optimizer is None:
         set_model_state_dict(model, state["model"])

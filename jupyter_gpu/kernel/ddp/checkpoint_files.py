@@ -1,19 +1,27 @@
 """The kernel's side of a checkpoint folder: which folders may be loaded, and a save that
 replaces nothing until it is complete.
 
-A save writes into a fresh folder beside the target (``mkdtemp``: a random name nobody could
-have planted) and renames it into place only when every rank has written; an older checkpoint
-of the same model is replaced in one more rename, and anything else at the target is refused.
-Loading unpickles DCP's ``.metadata``, and workshop folders are shared, so a checkpoint is
-loaded only when it is the user's own: the folder and every file in it owned by this user and
-writable by no one else, no links inside, its parent not a folder where others may rename it.
-Each refusal is a ``UsageError``: the cell shows its one line, and nothing was written.
+Loading unpickles DCP's ``.metadata`` (and ``torch.load``s parts of the shard files), and
+workshop folders are shared, so a checkpoint is used only where no one else could have put or
+swapped anything: the folder and every file in it are the user's and writable by no one else,
+and so is every folder on the way to it from ``/`` (ssh's StrictModes rule). A folder others may
+write counts only if it is sticky and belongs to root or the user, as ``/tmp`` does, because
+then nobody else can rename what the user keeps in it. Checking a path once is then enough:
+nobody else can change what it names before the ranks read it. Symbolic links on the way are
+resolved first and their targets checked the same way.
+
+A save writes into a fresh folder beside the target (``mkdtemp``: a random name in a folder
+only the user may change) and renames it into place once every rank has written. An older
+checkpoint of the same model is replaced in a second rename, undone if that one fails.
+Anything else at the target is refused. Every refusal is a ``UsageError``: the cell shows
+one line and nothing was written.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import stat
 import tempfile
@@ -23,42 +31,80 @@ from pathlib import Path
 from IPython.core.error import UsageError
 
 METADATA = ".metadata"  # DCP writes it last, on rank 0: a folder with it is a checkpoint
+NOT_WRITABLE_BY_OTHERS = 0o022
 
 
 def resolve(text: str) -> Path:
-    """The user's path made absolute against the kernel's working directory (the ranks may be
-    somewhere else by now)."""
-    if not text.strip():
-        raise UsageError("give the checkpoint's folder: %ddp_save PATH --model NAME")
-    return Path(os.path.abspath(os.path.expanduser(text.strip())))
+    """The user's path, unquoted, made absolute against the kernel's working directory (the
+    ranks may be somewhere else by now). Links in the folders above are resolved; a link at the
+    last name is left for the caller to refuse, never followed."""
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"the checkpoint's folder {text!r}: {exc}") from None
+    if len(parts) != 1 or not parts[0]:
+        raise UsageError("give the checkpoint's folder, one path (quote it if it has spaces)")
+    path = Path(os.path.abspath(os.path.expanduser(parts[0])))
+    return Path(os.path.realpath(path.parent)) / path.name
 
 
-def _owned(st: os.stat_result) -> bool:
-    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+def _says(path: Path, exc: OSError) -> str:
+    return f"{path}: {exc.strerror or exc}"
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    return bool(st.st_mode & NOT_WRITABLE_BY_OTHERS)
+
+
+def _ours(st: os.stat_result) -> bool:
+    return st.st_uid == os.getuid() and not _writable_by_others(st)
+
+
+def safe_folder(folder: Path) -> None:
+    """Refuse ``folder`` unless it and every folder above it are such that only the user (or
+    root) can add, remove or rename what they hold."""
+    for current in (folder, *folder.parents):
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            raise UsageError(f"{current} does not exist") from None
+        except OSError as exc:
+            raise UsageError(_says(current, exc)) from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{current} is not a folder")
+        owner_ok = st.st_uid in (0, os.getuid())
+        sticky_ok = bool(st.st_mode & stat.S_ISVTX) and owner_ok
+        if not owner_ok or (_writable_by_others(st) and not sticky_ok):
+            who = "another user" if not owner_ok else "its group or every user"
+            raise UsageError(
+                f"{current} may be changed by {who}, so a checkpoint below it could be swapped "
+                "for someone else's (loading one unpickles it, which can run code). Keep "
+                "checkpoints in folders only you can write (chmod g-w,o-w), or below /tmp"
+            )
 
 
 def trusted(path: Path) -> Path:
     """``path`` if it is a checkpoint of this user's that nobody else could have changed."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
-        raise UsageError(f"no checkpoint at {path}") from None
+    except OSError as exc:
+        raise UsageError(
+            f"no checkpoint at {path}" if isinstance(exc, FileNotFoundError) else _says(path, exc)
+        ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"{path} is not a checkpoint folder (DCP writes a folder)")
     if not (path / METADATA).is_file():
         raise UsageError(f"{path} holds no checkpoint (no {METADATA}: DCP writes it last)")
-    parent = os.stat(path.parent)
-    if parent.st_mode & stat.S_IWOTH and not parent.st_mode & stat.S_ISVTX:
-        raise UsageError(
-            f"{path.parent} may be changed by every user, so {path.name} could have been swapped in; "
-            "move the checkpoint to a folder of your own"
-        )
-    strangers = [path.name] if not _owned(st) else []
-    with os.scandir(path) as entries:
-        for entry in entries:
-            est = entry.stat(follow_symlinks=False)
-            if entry.is_symlink() or not stat.S_ISREG(est.st_mode) or not _owned(est):
-                strangers.append(entry.name)
+    safe_folder(path.parent)
+    strangers = [path.name] if not _ours(st) else []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                est = entry.stat(follow_symlinks=False)
+                if entry.is_symlink() or not stat.S_ISREG(est.st_mode) or not _ours(est):
+                    strangers.append(entry.name)
+    except OSError as exc:
+        raise UsageError(_says(path, exc)) from None
     if strangers:
         raise UsageError(
             f"{path} is not wholly yours ({', '.join(strangers[:3])}: another owner, writable by "
@@ -77,18 +123,37 @@ class PendingSave:
     folder: Path
     replaces: Path | None
 
-    def commit(self) -> None:
-        """Move the complete checkpoint into place (and the one it replaces out of the way)."""
+    def commit(self) -> str:
+        """Move the complete checkpoint into place; a note when the replaced one stayed behind."""
+        try:
+            self._share()
+            if self.replaces is None:
+                os.rename(self.folder, self.target)  # over nothing, or over an empty folder of ours
+                return ""
+            old = self.target.with_name(f".{self.target.name}.old-{secrets.token_hex(4)}")
+            os.rename(self.target, old)
+            try:
+                os.rename(self.folder, self.target)
+            except OSError:
+                os.rename(old, self.target)  # the previous checkpoint back where it was
+                raise
+        except OSError as exc:
+            raise UsageError(
+                f"cannot save to {self.target}: {exc.strerror or exc}; nothing was replaced"
+            ) from None
+        shutil.rmtree(old, ignore_errors=True)
+        return f"; the replaced checkpoint could not be removed, it is at {old}" if old.exists() else ""
+
+    def _share(self) -> None:
+        """Modes as the user's umask would make them, but writable by the user alone, so that the
+        checkpoint passes ``trusted`` (a umask of 002 would make it group-writable)."""
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(self.folder, 0o777 & ~umask)  # as a plain mkdir would have made it
-        if self.replaces is None:
-            os.rename(self.folder, self.target)  # over nothing, or over an empty folder
-            return
-        old = self.target.with_name(f".{self.target.name}.old-{secrets.token_hex(4)}")
-        os.rename(self.target, old)
-        os.rename(self.folder, self.target)
-        shutil.rmtree(old, ignore_errors=True)
+        keep = ~umask & ~NOT_WRITABLE_BY_OTHERS
+        for entry in os.scandir(self.folder):
+            if entry.is_file(follow_symlinks=False):
+                os.chmod(entry.path, 0o666 & keep)
+        os.chmod(self.folder, 0o777 & keep)
 
     def discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -97,8 +162,7 @@ class PendingSave:
 def begin_save(target: Path) -> PendingSave:
     """Check that ``target`` may be written (or replaced), and make the folder the ranks write."""
     parent = target.parent
-    if not parent.is_dir():
-        raise UsageError(f"cannot save to {target}: {parent} is not a folder")
+    safe_folder(parent)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cannot save to {target}: {parent} is not writable for you")
     replaces = None

@@ -43,7 +43,7 @@ def load_into_kernel(
     path = trusted(resolve(path_text))
     import torch
 
-    from .checkpoint import Problem, load_local, stored_model_bytes
+    from .checkpoint import Problem, load_local, one_line, stored_model_bytes
 
     model = None
     if model_name is not None:
@@ -53,18 +53,22 @@ def load_into_kernel(
             raise UsageError(f"--model {model_name}: {what}, not a torch.nn.Module in this kernel")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: this kernel sees no GPU (%gpu_doctor says why)")
-    needed = stored_model_bytes(path) if model is None else _meta_bytes(model)
-    free = free_bytes(device) if needed else 0
-    if needed > free and not force:
-        raise UsageError(
-            f"{path} needs {format_bytes(needed)} on {device}, which has {format_bytes(free)} free: "
-            "loading it could kill this kernel (out of memory) and lose everything in it. Free "
-            "memory, load onto another --device, or add --force"
-        )
     try:
+        needed = stored_model_bytes(path) if model is None else _meta_bytes(model)
+        free = free_bytes(device) if needed else 0
+        if needed > free and not force:
+            raise UsageError(
+                f"{path} needs {format_bytes(needed)} on {device}, which has {format_bytes(free)} "
+                "free: loading it could kill this kernel (out of memory) and lose everything in it. "
+                "Free memory, load onto another --device, or add --force"
+            )
         state = load_local(path, model, device)
+    except UsageError:
+        raise
     except Problem as exc:
         raise UsageError(str(exc)) from None
+    except Exception as exc:  # a corrupt checkpoint of the user's own, a device that is not there
+        raise UsageError(f"cannot load {path}: {one_line(exc)}") from None
     size = sum(t.numel() * t.element_size() for t in state.values())
     into = f"into {model_name}" if model is not None else f"on {device}"
     print(f"Loaded {len(state)} tensors ({format_bytes(size)}) from {path} {into}")

@@ -267,7 +267,7 @@ class Session:
                 replaces=str(pending.replaces or ""),
             )
             done = self._checkpoint(command)
-            pending.commit()
+            left = pending.commit()
         except BaseException:
             pending.discard()
             raise
@@ -277,6 +277,7 @@ class Session:
             f"Saved {what} from {len(self.info)} ranks to {target}: {done['tensors']} tensors, "
             f"{files} files, {format_bytes(size)}, in {time.perf_counter() - started:.1f} s"
             + (" (replacing the older checkpoint there)" if pending.replaces else "")
+            + left
         )
 
     def load(self, path: Path, model: str, optimizer: str) -> str:
@@ -296,10 +297,12 @@ class Session:
         """Run a save or load on every rank; the first rank's reason it could not, as an error."""
         replies = self.run(command, CellOptions())
         problems = sorted(
-            (r, reply.info["problem"]) for r, reply in replies.items() if "problem" in reply.info
+            (reply.info.get("secondary", False), r, reply.info["problem"])
+            for r, reply in replies.items()
+            if "problem" in reply.info
         )
-        if problems:
-            rank, problem = problems[0]
+        if problems:  # a rank's own reason first, before "another rank could not"
+            _, rank, problem = problems[0]
             verb = "saved" if command.kind == "save" else "loaded"
             raise DDPError(
                 problem,

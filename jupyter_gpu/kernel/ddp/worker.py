@@ -220,7 +220,7 @@ class _Rank:
             else:
                 done = checkpoint.load(self.ns, model, optimizer, cmd.path)
         except checkpoint.Problem as exc:
-            return Reply(self.rank, ok=True, info={"problem": str(exc)})
+            return Reply(self.rank, ok=True, info={"problem": str(exc), "secondary": exc.secondary})
         except Exception as exc:  # DCP's own errors (a full disk, a read error): one line each
             return Reply(self.rank, ok=True, info={"problem": checkpoint.one_line(exc)})
         return Reply(self.rank, ok=True, info={"checkpoint": done})
