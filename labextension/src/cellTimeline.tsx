@@ -5,7 +5,6 @@
  * scrolls the notebook to it.
  */
 import * as React from 'react';
-import uPlot from 'uplot';
 
 import { BYTE_STEPS, PALETTE, TimeChart } from './chart';
 import { formatBytes, formatBytesChange, MemoryUnits } from './format';
@@ -134,32 +133,6 @@ function CellList(props: {
   );
 }
 
-/** The cells' starts as dashed lines, labelled where the labels do not overlap. */
-function drawBoundaries(u: uPlot, boundaries: ITimelineData['boundaries']) {
-  const ctx = u.ctx;
-  ctx.save();
-  const style = getComputedStyle(document.body);
-  ctx.strokeStyle =
-    style.getPropertyValue('--jp-ui-font-color3').trim() || '#999';
-  ctx.fillStyle =
-    style.getPropertyValue('--jp-ui-font-color1').trim() || '#000';
-  ctx.setLineDash([2, 3]);
-  ctx.font = `${10 * uPlot.pxRatio}px sans-serif`;
-  let labelledUpTo = -Infinity; // labels that would overlap are left out, not the lines
-  for (const b of boundaries) {
-    const x = Math.round(u.valToPos(b.t, 'x', true));
-    ctx.beginPath();
-    ctx.moveTo(x, u.bbox.top);
-    ctx.lineTo(x, u.bbox.top + u.bbox.height);
-    ctx.stroke();
-    if (x > labelledUpTo) {
-      ctx.fillText(b.label, x + 2, u.bbox.top + 10 * uPlot.pxRatio);
-      labelledUpTo = x + ctx.measureText(b.label).width + 4;
-    }
-  }
-  ctx.restore();
-}
-
 function TimelineChart(props: {
   data: ITimelineData;
   units: MemoryUnits;
@@ -184,7 +157,7 @@ function TimelineChart(props: {
       yMax={null}
       height={HEIGHT}
       label="This kernel's allocated GPU memory over time, each cell's start marked"
-      draw={u => drawBoundaries(u, data.boundaries)}
+      markers={data.boundaries}
     />
   );
 }

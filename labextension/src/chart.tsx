@@ -3,13 +3,14 @@
  * cards, the dashboard and the per-cell timeline all draw with it. A time
  * axis, a value axis whose ticks carry units, a crosshair whose legend shows
  * each value and the time, the theme's colours (redrawn when the theme
- * changes), Okabe and Ito's colour-blind-safe palette, and a fixed size so
- * nothing jumps as data arrives. Data shaping lives in series.ts.
+ * changes), Okabe and Ito's colour-blind-safe palette, a fixed size so
+ * nothing jumps as data arrives, and marked times (cells' starts) whose hover
+ * names them. Data shaping lives in series.ts.
  */
 import * as React from 'react';
 import uPlot from 'uplot';
 
-import type { Columns } from './series';
+import type { Columns, IChartMarker } from './series';
 
 /** Okabe and Ito's palette: told apart with every common colour blindness. */
 export const PALETTE = [
@@ -55,8 +56,8 @@ export interface ITimeChartProps {
   own?: (number | null)[][];
   /** Axis steps, e.g. BYTE_STEPS. */
   incrs?: number[];
-  /** Extra drawing over the plot (the timeline's cell markers). */
-  draw?: (u: uPlot) => void;
+  /** Times marked over the plot (cells' starts), each with a hover title. */
+  markers?: IChartMarker[];
   className?: string;
 }
 
@@ -93,9 +94,94 @@ function withAlpha(hex: string, alpha: number): string {
 const TIME = (t: number) =>
   new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 
+/** Pixels either side of a marker's line within which the pointer shows its title. */
+const MARKER_HOVER_PX = 4;
+/** Titles a tip lists at most: cells run in quick succession share a pixel. */
+const MARKER_TIPS = 5;
+
+/** The markers as dashed lines, labelled where a label does not overlap the one before. */
+function drawMarkers(u: uPlot, markers: IChartMarker[]): void {
+  if (markers.length === 0) {
+    return; // most charts: no theme lookups at their redraws
+  }
+  const ctx = u.ctx;
+  ctx.save();
+  const line = themeColour('--jp-ui-font-color3', '#999');
+  const text = themeColour('--jp-ui-font-color1', '#000');
+  ctx.strokeStyle = line;
+  ctx.setLineDash([2, 3]);
+  ctx.font = `${10 * uPlot.pxRatio}px sans-serif`;
+  let labelledUpTo = -Infinity; // labels that would overlap are left out, not the lines
+  for (const m of markers) {
+    const x = Math.round(u.valToPos(m.t, 'x', true));
+    ctx.beginPath();
+    ctx.moveTo(x, u.bbox.top);
+    ctx.lineTo(x, u.bbox.top + u.bbox.height);
+    ctx.stroke();
+    if (x > labelledUpTo) {
+      ctx.fillStyle = m.colour ?? text;
+      ctx.fillText(m.label, x + 2, u.bbox.top + 10 * uPlot.pxRatio);
+      labelledUpTo = x + ctx.measureText(m.label).width + 4;
+    }
+  }
+  ctx.restore();
+}
+
+/**
+ * A uPlot plugin for the markers: drawn at each redraw from the latest props
+ * (new markers need no new chart), counted on the chart's box
+ * (`data-markers`), and while the pointer is on a line a tip over the plot
+ * gives the titles of the markers there.
+ */
+function markersPlugin(
+  live: React.MutableRefObject<ITimeChartProps>,
+  box: HTMLElement
+): uPlot.Plugin {
+  const tip = document.createElement('div');
+  tip.className = 'jp-gpu-marker-tip';
+  tip.hidden = true;
+  const hover = (u: uPlot) => {
+    const left = u.cursor.left ?? -1;
+    const near =
+      left < 0
+        ? []
+        : (live.current.markers ?? []).filter(
+            m => Math.abs(u.valToPos(m.t, 'x') - left) <= MARKER_HOVER_PX
+          );
+    tip.hidden = near.length === 0;
+    if (near.length === 0) {
+      return;
+    }
+    const titles = near.slice(0, MARKER_TIPS).map(m => m.title);
+    if (near.length > MARKER_TIPS) {
+      titles.push(`and ${near.length - MARKER_TIPS} more`);
+    }
+    tip.textContent = titles.join('\n');
+    // on the side of the line with the more room
+    const width = u.over.clientWidth;
+    const onLeft = left > width / 2;
+    tip.style.left = onLeft ? '' : `${left + 8}px`;
+    tip.style.right = onLeft ? `${width - left + 8}px` : '';
+  };
+  return {
+    hooks: {
+      init: [u => void u.over.appendChild(tip)],
+      draw: [
+        u => {
+          const markers = live.current.markers ?? [];
+          drawMarkers(u, markers);
+          box.dataset.markers = String(markers.length);
+        }
+      ],
+      setCursor: [hover]
+    }
+  };
+}
+
 function options(
   props: ITimeChartProps,
   live: React.MutableRefObject<ITimeChartProps>,
+  box: HTMLElement,
   width: number
 ): uPlot.Options {
   const text = themeColour('--jp-ui-font-color1', '#000');
@@ -166,7 +252,7 @@ function options(
     bands: props.series
       .map((s, i) => (s.fill && i > 0 ? { series: [i + 1, i] } : null))
       .filter((b): b is uPlot.Band => b !== null) as uPlot.Band[],
-    hooks: props.draw ? { draw: [u => live.current.draw?.(u)] } : {}
+    plugins: [markersPlugin(live, box)]
   };
 }
 
@@ -209,7 +295,7 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
     const columns = resolve(live.current.columns);
     node.dataset.samples = String(columns[0].length);
     const chart = new uPlot(
-      options(live.current, live, width()),
+      options(live.current, live, node, width()),
       columns,
       node
     );
@@ -238,7 +324,8 @@ export function TimeChart(props: ITimeChartProps): JSX.Element {
     props.columns,
     props.range[0],
     props.range[1],
-    props.yMax
+    props.yMax,
+    props.markers
   ]);
 
   return (

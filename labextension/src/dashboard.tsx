@@ -1,8 +1,9 @@
 /**
  * The GPU Dashboard: a main-area widget (dragged, split and tabbed like any
  * JupyterLab panel) with larger charts for every GPU side by side, and a
- * window selector. It draws from GpuModel's one telemetry poll; while it is
- * on screen that poll runs, and nothing more is requested.
+ * window selector. It draws from GpuModel's one telemetry poll, which runs
+ * while it is on screen; the memory charts mark the cells of the notebooks
+ * they show, whose timelines it asks for every few polls (kernelCells.ts).
  */
 import * as React from 'react';
 
@@ -15,10 +16,12 @@ import {
   TemperatureChart,
   UtilisationChart
 } from './gpuCharts';
+import { KernelCells } from './kernelCells';
 import { GpuModel, MAX_WINDOW_SECONDS } from './model';
 import { OnScreenRenderer } from './onScreen';
 import { viewRange, windowCut } from './series';
 import { deviceFor } from './shape';
+import type { TelemetryReply } from './types';
 
 /** The windows offered, in seconds: 1, 5, 10 and 60 minutes. */
 export const WINDOWS = [60, 300, 600, MAX_WINDOW_SECONDS];
@@ -28,10 +31,22 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
   constructor(model: GpuModel) {
     super(model);
     this.addClass('jp-gpu-dashboard');
+    this._cells = new KernelCells(model.cellsIfKernel, () => this.update());
+    model.stateChanged.connect(this._polled, this);
   }
 
   protected showing(visible: boolean): void {
+    this._onScreen = visible;
     this.model.setDashboardVisible(visible);
+  }
+
+  /** Each new telemetry reply while on screen is a poll for the cells' timelines. */
+  private _polled(): void {
+    const reply = this.model.telemetry;
+    if (this._onScreen && reply !== this._lastReply) {
+      this._lastReply = reply;
+      this._cells.poll();
+    }
   }
 
   render(): JSX.Element {
@@ -134,6 +149,7 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
                 <MemoryChart
                   {...props}
                   owners={owners}
+                  cellsOf={this._cells.of}
                   total={
                     g.memory_total_bytes ?? device?.memory_total_bytes ?? null
                   }
@@ -159,6 +175,9 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
   }
 
   private _window = 600;
+  private _cells: KernelCells;
+  private _onScreen = false;
+  private _lastReply: TelemetryReply | null = null;
 }
 
 function Panel(props: { title: string; children: JSX.Element }): JSX.Element {

@@ -18,7 +18,8 @@ import {
 } from './format';
 import { fieldColumns, memoryStack } from './series';
 import { IGpuRef } from './shape';
-import type { ProcessOwner, Sample } from './types';
+import { cellMarkers, INotebookCells } from './timeline';
+import type { Cell, ProcessOwner, Sample } from './types';
 
 export interface IGpuChartProps {
   history: Sample[];
@@ -61,7 +62,12 @@ export function UtilisationChart(
 }
 
 export function MemoryChart(
-  props: IGpuChartProps & { owners: ProcessOwner[]; total: number | null }
+  props: IGpuChartProps & {
+    owners: ProcessOwner[];
+    total: number | null;
+    /** A notebook kernel's cells, to mark their starts (the dashboard's). */
+    cellsOf?: (kernelId: string) => Cell[] | null;
+  }
 ): JSX.Element {
   const stack = React.useMemo(
     () => memoryStack(props.history, props.gpu, props.owners, props.maxGap),
@@ -78,6 +84,15 @@ export function MemoryChart(
           : '#BBBBBB',
     fill: true
   }));
+  const cellsOf = props.cellsOf;
+  const notebooks: INotebookCells[] = [];
+  stack.layers.forEach((layer, i) => {
+    if (cellsOf && layer.kernelId !== null) {
+      const cells = cellsOf(layer.kernelId) ?? [];
+      notebooks.push({ path: layer.label, colour: series[i].colour, cells });
+    }
+  });
+  const markers = cellsOf && cellMarkers(notebooks, props.range);
   return (
     <TimeChart
       className="jp-gpu-chart-memory"
@@ -90,6 +105,7 @@ export function MemoryChart(
       yMax={props.total}
       height={props.height}
       label={`GPU ${props.gpu.index} memory by holder ${props.span}`}
+      markers={markers}
     />
   );
 }

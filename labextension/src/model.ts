@@ -236,6 +236,21 @@ export class GpuModel extends VDomModel {
   readonly cells = (kernelId: string): Promise<CellsReply> =>
     requestCells(kernelId, this._serverSettings);
 
+  /**
+   * The same, or null when the server has no such kernel: one shut down since
+   * (the server forgets its cells), whose memory the history still shows.
+   */
+  readonly cellsIfKernel = (kernelId: string): Promise<CellsReply | null> =>
+    this.cells(kernelId).catch(error => {
+      if (
+        error instanceof ServerConnection.ResponseError &&
+        error.response.status === 404
+      ) {
+        return null;
+      }
+      throw error;
+    });
+
   get error(): string | null {
     return this._error;
   }

@@ -9,6 +9,17 @@ import type { GpuSample, ProcessOwner, Sample } from './types';
 /** uPlot's data: times (unix seconds), then one column per series. */
 export type Columns = [number[], ...(number | null)[][]];
 
+/** A time marked on a chart (a cell's start): a line, a short label, and what its hover says. */
+export interface IChartMarker {
+  t: number;
+  /** Drawn at the top of the line, where it does not overlap the one before, e.g. "[7]". */
+  label: string;
+  /** Shown while the pointer is on the line, e.g. "course/train.ipynb [7]". */
+  title: string;
+  /** The label's colour (its notebook's); the theme's text colour without one. */
+  colour?: string;
+}
+
 /**
  * The time range a chart shows: the history the server has, up to the
  * window, ending now. A reloaded page is full at once instead of a sliver at

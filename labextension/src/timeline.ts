@@ -3,14 +3,15 @@
  * into what the timeline view draws. Pure functions, no DOM: unit-tested in
  * src/__tests__/timeline.test.ts.
  */
+import type { IChartMarker } from './series';
 import type { Cell, CellsReply, RankedCell } from './types';
 
 /** uPlot's columnar data: times (unix seconds), then one column per GPU. */
 export interface ITimelineData {
   gpus: number[];
   columns: [number[], ...(number | null)[][]];
-  /** Each cell's start that used CUDA, with its label, for the markers. */
-  boundaries: { t: number; label: string }[];
+  /** Each cell's start that used CUDA, for the markers. */
+  boundaries: IChartMarker[];
 }
 
 /** `[7]` as the notebook shows it, `[?]` for a cell run without a number. */
@@ -28,12 +29,13 @@ export function timelineData(cells: Cell[]): ITimelineData {
   const gpus = Array.from(indices).sort((a, b) => a - b);
   const times: number[] = [];
   const series: (number | null)[][] = gpus.map(() => []);
-  const boundaries: { t: number; label: string }[] = [];
+  const boundaries: IChartMarker[] = [];
   const ordered = cells
     .filter(c => c.gpus.length > 0)
     .sort((a, b) => a.start - b.start);
   for (const cell of ordered) {
-    boundaries.push({ t: cell.start, label: cellLabel(cell) });
+    const label = cellLabel(cell);
+    boundaries.push({ t: cell.start, label, title: `cell ${label}` });
     for (const [t, atEnd] of [
       [cell.start, false],
       [Math.max(cell.end, cell.start), true]
@@ -52,6 +54,42 @@ export function timelineData(cells: Cell[]): ITimelineData {
     }
   }
   return { gpus, columns: [times, ...series], boundaries };
+}
+
+/** One notebook's cells, as the dashboard marks them on a GPU's memory chart. */
+export interface INotebookCells {
+  /** As the chart's legend names the notebook. */
+  path: string;
+  /** Its layer's colour in the chart. */
+  colour: string;
+  cells: Cell[];
+}
+
+/**
+ * The starts of the notebooks' cells that fall in the chart's time range,
+ * oldest first; the hover names the notebook and the cell. A kernel keeps up
+ * to 1,000 cells: only those in view are drawn.
+ */
+export function cellMarkers(
+  notebooks: INotebookCells[],
+  range: [number, number]
+): IChartMarker[] {
+  const [t0, t1] = range;
+  const markers: IChartMarker[] = [];
+  for (const { path, colour, cells } of notebooks) {
+    for (const cell of cells) {
+      if (cell.start >= t0 && cell.start <= t1) {
+        const label = cellLabel(cell);
+        markers.push({
+          t: cell.start,
+          label,
+          title: `${path} ${label}`,
+          colour
+        });
+      }
+    }
+  }
+  return markers.sort((a, b) => a.t - b.t);
 }
 
 /** The cells a ranking names, with their figure, in the ranking's order. */

@@ -63,6 +63,9 @@ def test_the_timeline_names_the_cells_and_shows_one_in_the_notebook(page, lab_fa
     timeline.wait_for()
     assert "7 cells run, 5 with CUDA in use" in timeline.locator(".jp-gpu-hint").first.inner_text()
     timeline.locator(".jp-gpu-timeline-chart canvas").wait_for()
+    page.wait_for_function(  # each CUDA cell's start is marked
+        "el => el.dataset.markers === '5'", arg=timeline.locator(".jp-gpu-timeline-chart").element_handle()
+    )
     by_id = {c["cell_id"]: c for c in cells_reply["cells"]}
     most_left = timeline.locator('[data-field="most-left"] li')
     assert most_left.first.inner_text().startswith(f"cell [{by_id['keep-4']['execution_count']}] +4.00 GiB")

@@ -1,11 +1,13 @@
 """The charts people read (issue #16), in a real JupyterLab under a non-root base_url, fed by the
 simulated backend replaying the packaged 2xH200 trace (jupyter_gpu/nvml/h200_2gpu_trace.json):
 axes with units, a hover value, data that moves, memory stacked by the notebook that allocated,
-the GPU Dashboard from the palette, its window selector, the dark theme."""
+the GPU Dashboard from the palette, its window selector, the dark theme, and its memory charts
+marking the cells of the notebooks that hold the memory."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from browser_support import (  # noqa: F401  (fixtures are used by name)
@@ -138,3 +140,51 @@ def test_dashboard_opens_from_the_palette_with_every_gpu_and_a_window(page, lab)
         "() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})"
     )
     page.wait_for_selector('body[data-jp-theme-light="true"]', state="attached")
+
+
+def test_dashboard_marks_the_cells_of_the_notebook_holding_the_memory(page, lab):
+    path = "course/week4/cells.ipynb"
+    kernel_id = lab.start_notebook_kernel(path)
+    for code in ("%load_ext jupyter_gpu", "x = 1", "y = x + 1"):
+        assert (
+            lab.api("POST", "api/gpu-test/execute", {"kernel_id": kernel_id, "code": code})["status"] == "ok"
+        )
+    lab.api("POST", "api/gpu-test/attach", {"kernel_id": kernel_id, "gpu_index": 0, "bytes": 8 * GIB})
+    # the kernel publishes its cells at most once a second; the server reads them on request
+    deadline = time.monotonic() + 30
+    while len(cells := lab.api("GET", f"api/gpu/kernels/{kernel_id}/cells")["cells"]) < 2:
+        assert time.monotonic() < deadline, f"the kernel recorded {cells}"
+    counts = [c["execution_count"] for c in cells]
+
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url.split("?")[0]) if "/api/gpu/" in r.url else None)
+    open_lab(page, lab)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('jupyter-gpu:dashboard'); }")
+    memory = page.locator(
+        '#jupyter-gpu-dashboard .jp-gpu-dashboard-gpu[data-gpu-index="0"] .jp-gpu-chart-memory'
+    )
+    memory.locator("canvas").wait_for()
+    # once the server names the kernel's process (its attribution refresh, every 5 s), its cells
+    page.wait_for_function(
+        "([el, n]) => Number(el.dataset.markers) === n",
+        arg=[memory.element_handle(), len(cells)],
+        timeout=60_000,
+    )
+    assert path in memory.locator(".u-legend").inner_text()
+
+    # across the plot, the pointer on each marker's line names its notebook and cell
+    tip = memory.locator(".jp-gpu-marker-tip")
+    box = memory.locator(".u-over").bounding_box()
+    named: set[str] = set()
+    for x in range(int(box["width"]) - 1, 0, -2):
+        page.mouse.move(box["x"] + x, box["y"] + box["height"] / 2)
+        if tip.is_visible():
+            if not named:
+                screenshot(page, "dashboard-cell-markers")
+            named.update(tip.inner_text().splitlines())
+    assert named == {f"{path} [{n}]" for n in counts}, named
+
+    # a kernel's cells are asked for once every 5 polls of the telemetry at most
+    polls = sum(url.endswith("/api/gpu/telemetry") for url in requests)
+    ours = sum(url.endswith(f"/api/gpu/kernels/{kernel_id}/cells") for url in requests)
+    assert 1 <= ours <= polls // 5 + 1, (ours, polls)

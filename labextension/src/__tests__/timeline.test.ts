@@ -1,7 +1,13 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 
-import { cellLabel, cellPeak, rankedCells, timelineData } from '../timeline';
+import {
+  cellLabel,
+  cellMarkers,
+  cellPeak,
+  rankedCells,
+  timelineData
+} from '../timeline';
 import type { Cell, CellGpu, CellsReply } from '../types';
 
 const GiB = 1024 ** 3;
@@ -59,6 +65,49 @@ describe('timelineData', () => {
     const data = timelineData([cell(0, [])]);
     assert.deepEqual(data.columns, [[]]);
     assert.deepEqual(data.boundaries, []);
+  });
+});
+
+describe('cellMarkers', () => {
+  const notebook = (path: string, colour: string, starts: number[]) => ({
+    path,
+    colour,
+    cells: starts.map((start, i) => ({ ...cell(i, []), start }))
+  });
+
+  it('marks the cells that started within the window, oldest first, named by notebook', () => {
+    const markers = cellMarkers(
+      [
+        notebook('a.ipynb', '#111', [900, 1000, 1500]),
+        notebook('b.ipynb', '#222', [1200, 2001])
+      ],
+      [1000, 2000]
+    );
+    assert.deepEqual(markers, [
+      { t: 1000, label: '[2]', title: 'a.ipynb [2]', colour: '#111' },
+      { t: 1200, label: '[1]', title: 'b.ipynb [1]', colour: '#222' },
+      { t: 1500, label: '[3]', title: 'a.ipynb [3]', colour: '#111' }
+    ]);
+  });
+
+  it('marks cells run without CUDA too, and a cell without a number as [?]', () => {
+    const unnumbered = { ...cell(0, [], null), start: 1100 };
+    const markers = cellMarkers(
+      [{ path: 'a.ipynb', colour: '#111', cells: [unnumbered] }],
+      [1000, 2000]
+    );
+    assert.deepEqual(
+      markers.map(m => m.title),
+      ['a.ipynb [?]']
+    );
+  });
+
+  it('has no markers for notebooks without cells in the window', () => {
+    assert.deepEqual(
+      cellMarkers([notebook('a.ipynb', '#111', [10, 20])], [1000, 2000]),
+      []
+    );
+    assert.deepEqual(cellMarkers([], [1000, 2000]), []);
   });
 });
 
