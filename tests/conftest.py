@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,13 @@ def jp_server_config(gpu_monitor_config: dict) -> dict:
         },
         "GPUMonitor": gpu_monitor_config,
     }
+
+
+@pytest.fixture
+def kernel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels started by the in-process server inherit this: they import jupyter_gpu from this
+    checkout (and whatever else PYTHONPATH already held)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
 @pytest.fixture

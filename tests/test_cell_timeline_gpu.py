@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from test_cell_timeline_server import get_cells, notebook
 from test_gpu_server import nvidia_smi
-from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import get, wait_for
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +31,7 @@ def keep(name: str, gib: int) -> str:
     return f"{name} = torch.empty({gib} * 2**30, dtype=torch.uint8, device='cuda')"
 
 
-async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serverapp, kernel_env, tmp_path):  # noqa: F811
+async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serverapp, kernel_env, tmp_path):
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
         assert (await cells.run("import torch", "imports")).status == "ok"
         asks = await cells.run("print(torch.cuda.is_initialized())", "asks")
@@ -83,7 +82,7 @@ async def test_cells_that_keep_1_2_4_gib_and_one_that_frees_8(jp_fetch, jp_serve
     (record / "kernels_with_cells.json").write_text(json.dumps(kernels, indent=1))
 
 
-async def test_an_oom_names_the_cell_that_holds_the_most(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
+async def test_an_oom_names_the_cell_that_holds_the_most(jp_fetch, jp_serverapp, kernel_env):
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
         assert (await cells.run("import torch", "imports")).status == "ok"
         assert (await cells.run(keep("small", 1), "small")).status == "ok"

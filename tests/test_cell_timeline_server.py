@@ -12,7 +12,6 @@ import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from kernel_client import CellRunner
-from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import SCHEMAS, wait_for
 from test_server_kernels import start_notebook_kernel
 from tornado.httpclient import HTTPClientError
@@ -51,7 +50,7 @@ async def notebook(jp_fetch, jp_serverapp):
 
 async def test_the_route_lists_each_cell_with_its_number_cell_id_and_outcome(
     jp_fetch, jp_serverapp, kernel_env
-):  # noqa: F811
+):
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
         assert (await cells.run("x = 1", "cell-ok")).status == "ok"
         assert (await cells.run("1 / 0", "cell-error")).status == "error"
@@ -78,7 +77,7 @@ async def test_the_route_lists_each_cell_with_its_number_cell_id_and_outcome(
         assert 0 < slow_cell["wall_seconds"] < 60 and slow_cell["end"] >= slow_cell["start"]
 
 
-async def test_the_cells_outlive_the_kernels_files_and_go_with_the_kernel(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
+async def test_the_cells_outlive_the_kernels_files_and_go_with_the_kernel(jp_fetch, jp_serverapp, kernel_env):
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
         assert (await cells.run("z = 3", "kept")).status == "ok"
         await first_cells(jp_fetch, kernel_id)
@@ -94,7 +93,7 @@ async def test_the_cells_outlive_the_kernels_files_and_go_with_the_kernel(jp_fet
         assert "No kernel with id" in json.loads(info.value.response.body)["message"]
 
 
-async def test_a_file_claiming_another_kernel_is_ignored(jp_fetch, jp_serverapp, kernel_env):  # noqa: F811
+async def test_a_file_claiming_another_kernel_is_ignored(jp_fetch, jp_serverapp, kernel_env):
     """A cells file written for kernel A but placed under kernel B's name adds nothing to B."""
     async with notebook(jp_fetch, jp_serverapp) as (kernel_id, cells):
         assert (await cells.run("a = 1", "real")).status == "ok"

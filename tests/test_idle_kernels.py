@@ -13,7 +13,6 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from kernel_client import run_cell
 from test_cli import ENV
-from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import get, wait_for
 from test_server_kernels import start_notebook_kernel
 from tornado.httpclient import HTTPClientError
@@ -168,7 +167,7 @@ class TestMetricsWithoutKernelLabels:
 
 async def test_free_cache_reaches_the_kernels_comm_target_without_importing_torch(
     jp_fetch, gpu_monitor, kernel_env
-):  # noqa: F811
+):
     kernel_id = await start_notebook_kernel(jp_fetch, "course/week1.ipynb")
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
     await run_cell(kernel, "%load_ext jupyter_gpu")

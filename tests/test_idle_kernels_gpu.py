@@ -8,7 +8,6 @@ import json
 
 import pytest
 from kernel_client import run_cell
-from test_kernel_memory_e2e import kernel_env  # noqa: F401 (fixture)
 from test_server_api import get, wait_for
 from test_server_kernels import start_notebook_kernel
 
@@ -51,7 +50,7 @@ async def flagged_kernel(jp_fetch, kernel_id: str) -> dict:
 
 async def test_an_idle_20_gib_notebook_is_flagged_and_free_cache_returns_the_cache(
     jp_fetch, jp_serverapp, kernel_env
-):  # noqa: F811
+):
     kernel_id = await start_notebook_kernel(jp_fetch, "course/big.ipynb")
     kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
     await run_cell(kernel, ALLOCATE + "del x")  # the tensor is gone, PyTorch keeps the 20 GiB cached
@@ -82,7 +81,7 @@ class TestCullerOnAGpu:
             "cull_interval": 0.5,
         }
 
-    async def test_the_culler_frees_all_of_it(self, jp_fetch, jp_serverapp, gpu_monitor, kernel_env):  # noqa: F811
+    async def test_the_culler_frees_all_of_it(self, jp_fetch, jp_serverapp, gpu_monitor, kernel_env):
         await jp_serverapp.extension_manager.start_all_extensions()  # the culler's periodic check
         kernel_id = await start_notebook_kernel(jp_fetch, "course/big.ipynb")
         kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)

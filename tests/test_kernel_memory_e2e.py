@@ -4,7 +4,6 @@ server reads it, and (on a GPU) an out-of-memory error names the notebook that h
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,6 @@ from kernel_client import execute
 from test_server_kernels import start_notebook_kernel
 
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def kernel_env(monkeypatch) -> None:
-    """Kernels started by the in-process server inherit this: they import jupyter_gpu from here."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
 async def poll(check, timeout: float = 20.0):

@@ -151,9 +151,8 @@ def one(result: list[dict]) -> tuple[dict, float]:
     return row["metric"], float(row["value"][1])
 
 
-async def test_a_real_prometheus_gets_what_operators_chart(jp_fetch, gpu_monitor, prometheus, monkeypatch):
+async def test_a_real_prometheus_gets_what_operators_chart(jp_fetch, gpu_monitor, prometheus, kernel_env):
     url, log = prometheus
-    monkeypatch.setenv("PYTHONPATH", str(TESTS.parent))
     kernel_id = await start_notebook_kernel(jp_fetch, NOTEBOOK)
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
     processes = gpu_monitor.simulated_nvml.readings["devices"][0]["compute_processes"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import psutil
 import pytest
@@ -106,8 +105,7 @@ async def test_kernel_without_gpu_memory_is_listed_with_none(jp_fetch, gpu_monit
     assert kernel["path"] == "cpu-only.ipynb" and kernel["gpu_memory"] == []
 
 
-async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_monitor, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent.parent))
+async def test_a_kernel_with_the_extension_reports_no_cuda_in_use(jp_fetch, gpu_monitor, kernel_env):
     kernel_id = await start_notebook_kernel(jp_fetch, "lesson.ipynb")
     kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
     await run_cell(kernel, "%load_ext jupyter_gpu\nimport torch")
