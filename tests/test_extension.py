@@ -22,9 +22,12 @@ MAGICS = {
     "line": [
         "amp",
         "ddp_launch",
+        "ddp_load",
+        "ddp_load_local",
         "ddp_pull",
         "ddp_push",
         "ddp_restart",
+        "ddp_save",
         "ddp_start",
         "ddp_status",
         "ddp_stop",
