@@ -1,8 +1,8 @@
 """Make the simulated backend's replay trace from real GPU readings.
 
     python benchmarks/record_trace.py derive tests/fixtures/h200_api/telemetry.json \\
-        --devices tests/fixtures/h200_api/devices.json --out jupyter_gpu/nvml/h200_2gpu_trace.json
-    python benchmarks/record_trace.py record --seconds 180 --out jupyter_gpu/nvml/h200_2gpu_trace.json
+        --devices tests/fixtures/h200_api/devices.json --out trace.json
+    python benchmarks/record_trace.py record --seconds 150 --out jupyter_gpu/nvml/h200_trace.json
 
 ``derive`` turns a recorded ``GET api/gpu/telemetry`` reply into a trace. Replies recorded before
 the history kept processes (the 2xH200 one in tests/fixtures) list processes only in ``latest``:

@@ -18,7 +18,7 @@ from jupyter_gpu.server.owners import OwnerMemo, owners_of
 from jupyter_gpu.server.sampler import HISTORY_PROCESSES, Sampler
 
 GIB = 1024**3
-TRACE = Path(__file__).parent.parent / "jupyter_gpu" / "nvml" / "h200_2gpu_trace.json"
+TRACE = Path(__file__).parent.parent / "jupyter_gpu" / "nvml" / "h200_trace.json"
 
 
 def test_the_packaged_trace_moves_and_loops():
@@ -32,7 +32,9 @@ def test_the_packaged_trace_moves_and_loops():
         seen.add((nvml.nvmlDeviceGetUtilizationRates(0).gpu, nvml.nvmlDeviceGetMemoryInfo(0, 2).used))
     assert len(seen) >= 4, "the replayed GPU 0 hardly changes"
     assert (0, frames[0][0]["memory_v2"]["used"]) in seen  # looped back to the start
-    assert {p["pid"] for f in frames for p in f[0]["compute_processes"]} == {567, 2005}
+    # the training process comes (a model loaded) and goes (the run ended): the stacked chart moves
+    holding = [bool(f[0]["compute_processes"]) for f in frames]
+    assert not holding[0] and not holding[-1] and any(holding)
     assert TRACE.stat().st_size < 64 * 1024  # kept small: it ships in the package
 
 

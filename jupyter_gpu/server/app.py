@@ -111,7 +111,7 @@ class GPUMonitor(ExtensionApp):
 
     @default("simulated_readings")
     def _default_readings(self) -> str:
-        return str(Path(__file__).parent.parent / "nvml" / "h200_2gpu_trace.json")
+        return str(Path(__file__).parent.parent / "nvml" / "h200_trace.json")
 
     @property
     def simulated(self) -> bool:
