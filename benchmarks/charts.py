@@ -12,12 +12,16 @@ window) open side by side, it records for ``--seconds``:
   a poll's reply (every 2 s) redraws every chart within one frame, so the longest frames are
   the updates;
 - requests per minute to api/gpu/ (the panel and dashboard share one poll).
+With ``--profile``, a further ``--seconds`` under chromium's CPU profiler: the main thread's
+busy time per poll, and how much of it is jupyter_gpu's code and uPlot's. Frame times on a
+loaded machine swing with what else runs; this is the cost of the redraw itself.
 Needs the test extra (playwright) and a built labextension, like the browser tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -142,11 +146,34 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
 
 
+def profile_per_poll(profile: dict, polls: int) -> str:
+    """A CPU profile's main-thread time per poll: busy, in jupyter_gpu's bundle, in uPlot's."""
+    frames = {n["id"]: n["callFrame"] for n in profile["nodes"]}
+    spent: collections.Counter[str] = collections.Counter()
+    # timeDeltas[i] is the time before sample i: sample i ran until the next one
+    for node, after in zip(profile["samples"], profile["timeDeltas"][1:] + [0]):
+        frame = frames[node]
+        url = frame["url"]
+        if frame["functionName"] == "(idle)":
+            spent["idle"] += after
+        elif "/jupyter-gpu/static/" in url:
+            spent["uPlot" if "uplot" in url else "jupyter_gpu"] += after
+        else:
+            spent["other"] += after
+    busy = sum(spent.values()) - spent["idle"]
+    per = max(polls, 1) * 1000  # microseconds to ms per poll
+    return (
+        f"main thread per poll ({polls} polls, CPU profile): busy {busy / per:.1f} ms, "
+        f"jupyter_gpu {spent['jupyter_gpu'] / per:.1f} ms, uPlot {spent['uPlot'] / per:.1f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--profile", action="store_true", help="also profile the main thread")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -202,6 +229,14 @@ def main() -> None:
             frames = page.evaluate("() => window.__frames.slice(1)")
             long = page.evaluate("() => window.__long")
             recorded = [name for t, name in requests if t >= started]
+            if args.profile:
+                cdp = page.context.new_cdp_session(page)
+                cdp.send("Profiler.enable")
+                cdp.send("Profiler.start")
+                profiled = time.monotonic()
+                page.wait_for_timeout(args.seconds * 1000)
+                profile = cdp.send("Profiler.stop")["profile"]
+                polls = sum(name == "telemetry" for t, name in requests if t >= profiled)
         finally:
             browser.close()
             lab.stop()
@@ -215,6 +250,8 @@ def main() -> None:
     )
     print(f"long tasks (>50 ms): {len(long)}" + (f", longest {max(long):.0f} ms" if long else ""))
     print("requests per minute: " + ", ".join(f"{k} {v:.0f}" for k, v in per_min.items()))
+    if args.profile:
+        print(profile_per_poll(profile, polls))
 
 
 if __name__ == "__main__":

@@ -52,8 +52,11 @@ export interface ITimeChartProps {
   height: number;
   /** Accessible description, e.g. "GPU 0 utilisation over 10 min". */
   label: string;
-  /** Stacked layers: the legend shows each layer's own value, not its running sum. */
-  own?: (number | null)[][];
+  /**
+   * Stacked layers: the legend shows each layer's own value, not its running
+   * sum; a function, like `columns`, is asked only once the chart is drawn.
+   */
+  own?: (number | null)[][] | (() => (number | null)[][]);
   /** Axis steps, e.g. BYTE_STEPS. */
   incrs?: number[];
   /** Times marked over the plot (cells' starts), each with a hover title. */
@@ -91,8 +94,17 @@ function withAlpha(hex: string, alpha: number): string {
   return `${hex}${a}`;
 }
 
-const TIME = (t: number) =>
-  new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+/**
+ * One formatter for every time label (toLocaleTimeString builds one per
+ * call); h23, where hour12: false gave "24:05" after midnight.
+ */
+const CLOCK = new Intl.DateTimeFormat([], {
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+  hourCycle: 'h23'
+});
+const TIME = (t: number) => CLOCK.format(t * 1000);
 
 /** Pixels either side of a marker's line within which the pointer shows its title. */
 const MARKER_HOVER_PX = 4;
@@ -170,7 +182,10 @@ function markersPlugin(
         u => {
           const markers = live.current.markers ?? [];
           drawMarkers(u, markers);
-          box.dataset.markers = String(markers.length);
+          const count = String(markers.length);
+          if (box.dataset.markers !== count) {
+            box.dataset.markers = count; // unchanged, the DOM is left alone
+          }
         }
       ],
       setCursor: [hover]
@@ -196,7 +211,8 @@ function options(
   };
   const value = (_u: uPlot, v: number | null, si: number, i: number | null) => {
     const own = live.current.own;
-    const shown = own && i !== null ? own[si - 1]?.[i] : v;
+    const rows = typeof own === 'function' ? own() : own;
+    const shown = rows && i !== null ? rows[si - 1]?.[i] : v;
     return shown === null || shown === undefined
       ? '—'
       : live.current.format(shown);

@@ -16,7 +16,12 @@ import {
   formatWatts,
   MemoryUnits
 } from './format';
-import { fieldColumns, memoryStack } from './series';
+import {
+  fieldColumns,
+  IMemoryStack,
+  memoryLayers,
+  memoryStack
+} from './series';
 import { IGpuRef } from './shape';
 import { cellMarkers, INotebookCells } from './timeline';
 import type { Cell, ProcessOwner, Sample } from './types';
@@ -69,12 +74,26 @@ export function MemoryChart(
     cellsOf?: (kernelId: string) => Cell[] | null;
   }
 ): JSX.Element {
-  const stack = React.useMemo(
-    () => memoryStack(props.history, props.gpu, props.owners, props.maxGap),
-    [props.history, props.gpu.uuid, props.owners, props.maxGap]
+  const layers = React.useMemo(
+    () => memoryLayers(props.history, props.gpu, props.owners),
+    [props.history, props.gpu.uuid, props.owners]
   );
+  // the stack is shaped once the chart draws: charts out of view skip it
+  const stack = React.useMemo(() => {
+    let shaped: IMemoryStack | null = null;
+    return () =>
+      (shaped ??= memoryStack(
+        props.history,
+        props.gpu,
+        props.owners,
+        props.maxGap,
+        layers
+      ));
+  }, [layers, props.maxGap]);
+  const columns = React.useCallback(() => stack().stacked, [stack]);
+  const own = React.useCallback(() => stack().raw, [stack]);
   let notebook = 0;
-  const series = stack.layers.map(layer => ({
+  const series = layers.map(layer => ({
     label: layer.label,
     colour:
       layer.kind === 'notebook'
@@ -86,7 +105,7 @@ export function MemoryChart(
   }));
   const cellsOf = props.cellsOf;
   const notebooks: INotebookCells[] = [];
-  stack.layers.forEach((layer, i) => {
+  layers.forEach((layer, i) => {
     if (cellsOf && layer.kernelId !== null) {
       const cells = cellsOf(layer.kernelId) ?? [];
       notebooks.push({ path: layer.label, colour: series[i].colour, cells });
@@ -96,8 +115,8 @@ export function MemoryChart(
   return (
     <TimeChart
       className="jp-gpu-chart-memory"
-      columns={stack.stacked}
-      own={stack.raw}
+      columns={columns}
+      own={own}
       series={series}
       format={v => formatBytes(v, props.units)}
       incrs={props.units === 'binary' ? BYTE_STEPS : undefined}

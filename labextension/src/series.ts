@@ -51,10 +51,23 @@ export function windowCut(history: Sample[], t0: number): Sample[] {
   return lo === 0 ? history : history.slice(lo);
 }
 
-/** The GPU in a sample, or null when it is missing or lost (a gap). */
-function gpuIn(sample: Sample, gpu: IGpuRef): GpuSample | null {
-  const g = sample.gpus.find(x => sameGpu(x, gpu));
-  return g && g.state === 'ok' ? g : null;
+/**
+ * The GPU in each sample, or null when it is missing or lost (a gap). It is
+ * looked for first where it was in the sample before: GPUs keep their order,
+ * and a search of every sample's GPUs was the larger part of a redraw with 8
+ * GPUs over an hour.
+ */
+function gpuReader(gpu: IGpuRef): (sample: Sample) => GpuSample | null {
+  let at = 0;
+  return sample => {
+    let g: GpuSample | undefined = sample.gpus[at];
+    if (!g || !sameGpu(g, gpu)) {
+      const i = sample.gpus.findIndex(x => sameGpu(x, gpu));
+      g = i < 0 ? undefined : sample.gpus[i];
+      at = Math.max(i, 0);
+    }
+    return g && g.state === 'ok' ? g : null;
+  };
 }
 
 /**
@@ -74,12 +87,13 @@ function columnsOf(
   const cols: (number | null)[][] = Array.from({ length: width }, () => []);
   let last = -Infinity;
   const nulls = new Array<null>(width).fill(null);
+  const gpuIn = gpuReader(gpu);
   for (const sample of history) {
     if (sample.t - last > maxGap && times.length > 0) {
       times.push((last + sample.t) / 2);
       nulls.forEach((v, i) => cols[i].push(v));
     }
-    const g = gpuIn(sample, gpu);
+    const g = gpuIn(sample);
     const row = g ? values(g) : nulls;
     times.push(sample.t);
     row.forEach((v, i) => cols[i].push(v));
@@ -129,23 +143,24 @@ export interface IMemoryStack {
 }
 
 /**
- * One GPU's used memory over time, split by who held it: each notebook of
- * this server (its processes, via the server's `owners`), other processes,
- * and what no listed process accounts for (the driver's per-process share,
- * processes NVML did not list).
+ * Who held one GPU's memory over the history, bottom to top: each notebook of
+ * this server that held some (largest peak first), other processes, and
+ * "driver / other". Apart from memoryStack: a chart needs its layers (its
+ * series) even while out of view, where the stack itself is not drawn.
  */
-export function memoryStack(
+export function memoryLayers(
   history: Sample[],
   gpu: IGpuRef,
-  owners: ProcessOwner[],
-  maxGap: number
-): IMemoryStack {
+  owners: ProcessOwner[]
+): IMemoryLayer[] {
   const byPid = new Map(owners.map(o => [o.pid, o]));
   const peak = new Map<string, number>();
   const notebooks = new Map<string, IMemoryLayer>();
+  const gpuIn = gpuReader(gpu);
+  const held = new Map<string, number>(); // one sample's, reused: no map per sample
   for (const sample of history) {
-    const g = gpuIn(sample, gpu);
-    const held = new Map<string, number>();
+    const g = gpuIn(sample);
+    held.clear();
     for (const p of g?.processes ?? []) {
       const o = byPid.get(p.pid);
       if (o) {
@@ -164,13 +179,29 @@ export function memoryStack(
     }
     held.forEach((v, k) => peak.set(k, Math.max(peak.get(k) ?? 0, v)));
   }
-  const layers: IMemoryLayer[] = [
+  return [
     ...Array.from(notebooks.values()).sort(
       (a, b) => (peak.get(b.kernelId!) ?? 0) - (peak.get(a.kernelId!) ?? 0)
     ),
     { kind: 'processes', label: 'other processes', kernelId: null },
     { kind: 'driver', label: 'driver / other', kernelId: null }
   ];
+}
+
+/**
+ * One GPU's used memory over time, split by who held it (memoryLayers): each
+ * notebook of this server (its processes, via the server's `owners`), other
+ * processes, and what no listed process accounts for (the driver's
+ * per-process share, processes NVML did not list).
+ */
+export function memoryStack(
+  history: Sample[],
+  gpu: IGpuRef,
+  owners: ProcessOwner[],
+  maxGap: number,
+  layers: IMemoryLayer[] = memoryLayers(history, gpu, owners)
+): IMemoryStack {
+  const byPid = new Map(owners.map(o => [o.pid, o]));
   const slot = new Map(layers.map((l, i) => [l.kernelId ?? l.kind, i]));
   const raw = columnsOf(
     history,

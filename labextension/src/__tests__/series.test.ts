@@ -79,6 +79,21 @@ describe('fieldColumns', () => {
     );
   });
 
+  it('follows a GPU whose place among the GPUs of a sample changes', () => {
+    const util = (index: number, percent: number) =>
+      gpu(index, { utilization_gpu_percent: percent });
+    const history = [
+      sample(100, [util(0, 1), util(1, 10)]),
+      sample(101, [util(1, 11)]), // GPU 0 gone from the list
+      sample(102, [util(1, 12), util(0, 2)]),
+      sample(103, [util(0, 3), util(1, 13)])
+    ];
+    const column = (index: number) =>
+      fieldColumns(history, gpu(index), ['utilization_gpu_percent'], 5)[1];
+    assert.deepEqual(column(1), [10, 11, 12, 13]);
+    assert.deepEqual(column(0), [1, null, 2, 3]);
+  });
+
   it('breaks the line where samples are further apart than maxGap', () => {
     const history = [100, 101, 160, 161].map(t =>
       sample(t, [gpu(0, { utilization_gpu_percent: 7 })])
