@@ -4,7 +4,7 @@
 
 Starts `jupyter lab` with jupyter_gpu (simulated backend) and answers the page's telemetry
 requests with a history of ``--gpus`` GPUs over ``--minutes`` at one sample a second, made by
-replaying the packaged 2xH200 trace (jupyter_gpu/nvml/h200_2gpu_trace.json) round-robin onto
+replaying the packaged H200 trace (jupyter_gpu/nvml/h200_trace.json) round-robin onto
 every GPU; each later poll gets one new sample. With the GPU panel and the GPU Dashboard (60 min
 window) open side by side, it records for ``--seconds``:
 - every frame's duration (requestAnimationFrame to requestAnimationFrame): p50 / p95 / max;
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))  # the browser tests' server
 
 from browser_support import CHROMIUM, CHROMIUM_ARGS, LabServer, open_gpu_panel, open_lab  # noqa: E402
 
-TRACE = json.loads((ROOT / "jupyter_gpu" / "nvml" / "h200_2gpu_trace.json").read_text())
+TRACE = json.loads((ROOT / "jupyter_gpu" / "nvml" / "h200_trace.json").read_text())
 FRAMES_PROBE = """() => { window.__frames = []; window.__long = [];
   let last = performance.now();
   const tick = now => { window.__frames.push(now - last); last = now; requestAnimationFrame(tick); };
