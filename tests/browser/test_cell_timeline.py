@@ -6,6 +6,7 @@ a click that scrolls the open notebook to the cell."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -20,9 +21,10 @@ from browser_support import (  # noqa: F401  (fixtures are used by name)
     screenshot,
     screenshots_folder,
 )
-from test_recorded_h200 import answer_with, recorded
+from test_recorded_h200 import answer_with, recorded_in
 
 pytestmark = pytest.mark.browser
+H200_API = Path(__file__).parent.parent / "fixtures" / "h200_api"  # the cells gpu test's replies
 FILLER = 60  # markdown cells before the recorded ones: the cell to show starts off screen
 
 
@@ -43,12 +45,12 @@ def write_notebook(lab, cells_reply: dict) -> None:
 
 def test_the_timeline_names_the_cells_and_shows_one_in_the_notebook(page, lab_factory):
     lab = lab_factory()
-    cells_reply = recorded("cells")
+    cells_reply = recorded_in(H200_API, "cells")
     write_notebook(lab, cells_reply)
     for name, body in (
-        ("devices", recorded("devices")),
-        ("telemetry", recorded("telemetry")),
-        ("kernels", recorded("kernels_with_cells")),
+        ("devices", recorded_in(H200_API, "devices")),
+        ("telemetry", recorded_in(H200_API, "telemetry")),
+        ("kernels", recorded_in(H200_API, "kernels_with_cells")),
     ):
         page.route(f"**/api/gpu/{name}?*", answer_with(json.dumps(body)))
         page.route(f"**/api/gpu/{name}", answer_with(json.dumps(body)))

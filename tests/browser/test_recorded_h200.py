@@ -32,8 +32,13 @@ pytestmark = pytest.mark.browser
 RECORDED = Path(__file__).parent.parent / "fixtures" / "h200_training"
 
 
+def recorded_in(folder: Path, name: str) -> dict:
+    """One recorded reply of a gpu test's run (``name``.json in ``folder``)."""
+    return json.loads((folder / f"{name}.json").read_text())
+
+
 def recorded(name: str) -> dict:
-    return json.loads((RECORDED / f"{name}.json").read_text())
+    return recorded_in(RECORDED, name)
 
 
 def answer_with(body: str):
