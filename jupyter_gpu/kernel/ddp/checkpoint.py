@@ -14,6 +14,7 @@ same checkpoint loads into DDP, FSDP2 and a plain model alike.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -115,17 +116,23 @@ def shapes(state: Mapping[str, Any], prefix: str = "") -> dict[str, tuple[int, .
     return found
 
 
-def stored_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
-    """The tensors a checkpoint holds, from its ``.metadata``."""
+def stored_tensors(path: str | Path, prefix: str = "") -> dict[str, Any]:
+    """Name -> ``TensorStorageMetadata`` (size, dtype) of each tensor a checkpoint holds under
+    ``prefix``, from its ``.metadata`` (a pickle: ``checkpoint_files.trusted`` comes first)."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     metadata = FileSystemReader(str(path)).read_metadata()
     return {
-        name: tuple(meta.size)
+        name: meta
         for name, meta in metadata.state_dict_metadata.items()
-        if isinstance(meta, TensorStorageMetadata)
+        if name.startswith(prefix) and isinstance(meta, TensorStorageMetadata)
     }
+
+
+def stored_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The tensors a checkpoint holds, by DCP's flattened name."""
+    return {name: tuple(meta.size) for name, meta in stored_tensors(path).items()}
 
 
 def mismatches(
@@ -198,15 +205,14 @@ def load(namespace: Mapping[str, Any], model_name: str, optimizer_name: str, pat
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
 
-    def check() -> dict[str, Any]:
-        # an optimizer that never stepped gets its state made here, to be filled
-        state = state_of(*objects(namespace, model_name, optimizer_name))
+    def check() -> tuple[Any, Any, dict[str, Any]]:
+        model, optimizer = objects(namespace, model_name, optimizer_name)
+        state = state_of(model, optimizer)  # an optimizer that never stepped gets its state here
         named = f"--model {model_name}" + (f" --optimizer {optimizer_name}" if optimizer_name else "")
         check_fits(state, path, f"{path} does not fit {named}")
-        return state
+        return model, optimizer, state
 
-    state = prepared(check)
-    model, optimizer = objects(namespace, model_name, optimizer_name)
+    model, optimizer, state = prepared(check)
     dcp.load(state, checkpoint_id=path)
     if optimizer is None:
         set_model_state_dict(model, state["model"])
@@ -229,18 +235,10 @@ def _bytes(state: Mapping[str, Any]) -> int:
 
 def stored_model_bytes(path: str | Path) -> int:
     """Bytes of the model's tensors in a checkpoint, whole (what loading it in one process takes)."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    metadata = FileSystemReader(str(path)).read_metadata()
-    total = 0
-    for name, meta in metadata.state_dict_metadata.items():
-        if name.startswith("model.") and isinstance(meta, TensorStorageMetadata):
-            numel = 1
-            for n in meta.size:
-                numel *= n
-            total += numel * meta.properties.dtype.itemsize
-    return total
+    return sum(
+        math.prod(meta.size) * meta.properties.dtype.itemsize
+        for meta in stored_tensors(path, "model.").values()
+    )
 
 
 def load_local(path: str | Path, model: Any, device: str) -> dict[str, Any]:
@@ -250,8 +248,6 @@ def load_local(path: str | Path, model: Any, device: str) -> dict[str, Any]:
     real on ``device``); without, new tensors on ``device`` are made from the metadata."""
     import torch
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     if model is not None:
         if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
@@ -259,14 +255,12 @@ def load_local(path: str | Path, model: Any, device: str) -> dict[str, Any]:
         state = {"model": model.state_dict()}
         check_fits(state, path, f"{path} does not fit the model")
     else:
-        metadata = FileSystemReader(str(path)).read_metadata()
         state = {
             "model": {
                 name[len("model.") :]: torch.empty(
                     tuple(meta.size), dtype=meta.properties.dtype, device=device
                 )
-                for name, meta in metadata.state_dict_metadata.items()
-                if name.startswith("model.") and isinstance(meta, TensorStorageMetadata)
+                for name, meta in stored_tensors(path, "model.").items()
             }
         }
         if not state["model"]:

@@ -150,9 +150,10 @@ class PendingSave:
         umask = os.umask(0)
         os.umask(umask)
         keep = ~umask & ~NOT_WRITABLE_BY_OTHERS
-        for entry in os.scandir(self.folder):
-            if entry.is_file(follow_symlinks=False):
-                os.chmod(entry.path, 0o666 & keep)
+        with os.scandir(self.folder) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    os.chmod(entry.path, 0o666 & keep)
         os.chmod(self.folder, 0o777 & keep)
 
     def discard(self) -> None:
@@ -184,16 +185,14 @@ def begin_save(target: Path) -> PendingSave:
 
 def size(path: Path) -> tuple[int, int]:
     """(files, bytes) of a checkpoint folder."""
-    files = [e for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
-    return len(files), sum(e.stat(follow_symlinks=False).st_size for e in files)
+    with os.scandir(path) as entries:
+        sizes = [e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False)]
+    return len(sizes), sum(sizes)
 
 
 def saved_ranks(path: Path) -> int:
     """How many ranks wrote the checkpoint: DCP names each rank's file ``__<rank>_<n>.distcp``."""
-    return len(
-        {
-            e.name.split("_")[2]
-            for e in os.scandir(path)
-            if e.name.startswith("__") and e.name.endswith(".distcp")
-        }
-    )
+    with os.scandir(path) as entries:
+        return len(
+            {e.name.split("_")[2] for e in entries if e.name.startswith("__") and e.name.endswith(".distcp")}
+        )
