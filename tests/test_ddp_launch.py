@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from _ddp_kernel import Cell, Kernel, ddp_kernel, helper_processes, no_ranks_left, rank_processes, wait_gone  # noqa: F401 - ddp_kernel is a fixture
 
-from jupyter_gpu.kernel.ddp.channel import SECRET_ENV
+from jupyter_gpu.kernel.ddp.abort import SECRET_ENV
 
 ALL_REDUCE = """%%ddp_launch -n 2 --output all
 print(f"hello from {RANK} of {WORLD_SIZE} on {device}")
@@ -242,7 +242,7 @@ def other_kernel() -> Iterator[Kernel]:
     """A second notebook whose forkserver starts in the background before its first launch, as
     loading the magics does where two GPUs are visible."""
     kernel = Kernel()
-    cell = kernel.run("from jupyter_gpu.kernel.ddp.gang import prestart_forkserver\nprestart_forkserver()")
+    cell = kernel.run("from jupyter_gpu.kernel.ddp.forkserver import prestart_forkserver\nprestart_forkserver()")
     assert cell.error is None, cell.traceback
     yield kernel
     kernel.close()

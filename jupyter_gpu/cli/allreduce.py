@@ -114,8 +114,9 @@ def measure(
             rdzv_endpoint=rdzv_endpoint,
         ),
         rank_main,
-        lambda session, secret: (backend, size_bytes, iterations, warmup, timeout_s),
+        lambda gang: (backend, size_bytes, iterations, warmup, timeout_s),
         env=env,
+        commands=False,
     )
     # Spawned ranks start with the working directory first on sys.path: started in a directory
     # another user can write (/tmp, a shared course folder), a planted multiprocessing/ would

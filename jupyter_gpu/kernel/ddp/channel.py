@@ -1,105 +1,131 @@
-"""Signed messages between the kernel and its ranks, over a c10d store that anyone may reach.
+"""The private channel between a kernel and the ranks it started on this node.
 
-torch's ``TCPStore`` has no authentication: every local user (and, across nodes, the network)
-can read, write and delete its keys. So nothing read from it is trusted: each value carries an
-HMAC-SHA256 over the session id, the key it is stored under and the payload, made with a
-per-session secret that is handed to the ranks through the process launcher (the forkserver's
-pipe, never the network). The tag is checked with ``hmac.compare_digest`` *before* anything is
-unpickled; a value that fails is dropped and reported once, never executed. Binding the key
-name stops a signed message from being replayed under another key (``cmd/7`` copied to ``cmd/8``).
+Commands (cell source, pushed objects) and replies (returned values, errors) travel over a Unix
+socket in the session's own directory (``mkdtemp``: mode 0700), so no other uid can connect, and
+each connection must also answer ``multiprocessing.connection``'s HMAC challenge with the
+session's key, which reaches the ranks only through the process launcher. Nothing of a session
+is in torch's store, on a TCP port, or in a file another user can read: what is sent can be
+unpickled because only this user's processes holding the key can be at the other end.
+
+Messages are ``(seq, payload)`` pickles: a reply that arrives after its cell was given up (an
+interrupt, a timeout) is recognised by its number and dropped.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import contextlib
 import os
 import pickle
 import secrets
-import sys
+import threading
 import time
+from collections.abc import Iterable
+from multiprocessing.connection import Client, Connection, Listener, wait
 from typing import Any
 
-TAG_BYTES = hashlib.sha256().digest_size
-SECRET_ENV = "JUPYTER_GPU_DDP_SECRET"  # multi-node: the same value on every node, set by the user
-# An abort signed before the gang started (by more than the nodes' clock skew) is a replay of
-# an earlier run's. Within this window a replay is still accepted: it can only stop a run.
-ABORT_CLOCK_SKEW_S = 2.0
-MIN_SECRET_CHARS = 32  # 128 bits as hex: a signed message read off the network must not let
-# anyone guess the secret offline
+SOCKET_NAME = "channel"
+# A rank's connection must be up within this long of its start, else the rank gives up (the
+# kernel sees it exit): the accept thread has nothing else to do.
+CONNECT_TIMEOUT_S = 120.0
 
 
-def new_secret() -> bytes:
-    """A fresh key for one single-node gang."""
+def new_key() -> bytes:
+    """A fresh key for one session's channel."""
     return secrets.token_bytes(32)
 
 
-def shared_secret() -> bytes | None:
-    """The multi-node key the user gave every node (``JUPYTER_GPU_DDP_SECRET``), or None when
-    it is missing or too short to be random enough."""
-    text = os.environ.get(SECRET_ENV, "").strip()
-    return hashlib.sha256(text.encode()).digest() if len(text) >= MIN_SECRET_CHARS else None
+class KernelEnd:
+    """The kernel's side: accepts one connection per local rank, sends commands, takes replies."""
+
+    def __init__(self, session_dir: str, key: bytes, ranks: int) -> None:
+        self.path = os.path.join(session_dir, SOCKET_NAME)
+        self._listener = Listener(self.path, "AF_UNIX", authkey=key)
+        self._expected = ranks
+        self._lock = threading.Lock()
+        self._conns: dict[int, Connection] = {}  # local rank -> its connection
+        self._queued: list[bytes] = []  # sent before every rank connected: replayed on connect
+        self.lost: set[int] = set()  # local ranks whose connection closed
+        self._closed = False
+        threading.Thread(target=self._accept, name="ddp-channel-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while len(self._conns) < self._expected:
+            try:
+                conn = self._listener.accept()  # the HMAC challenge happens here
+                local = conn.recv()
+            except Exception:  # a closed listener (the gang stopped) or a failed handshake
+                if self._closed:
+                    return
+                continue
+            if not isinstance(local, int) or not 0 <= local < self._expected or local in self._conns:
+                conn.close()
+                continue
+            with self._lock:
+                for blob in self._queued:
+                    conn.send_bytes(blob)
+                self._conns[local] = conn
+                if len(self._conns) == self._expected:
+                    self._queued.clear()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def send(self, seq: int, payload: Any) -> None:
+        """``payload`` to every local rank (now, or when it connects)."""
+        blob = pickle.dumps((seq, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            if len(self._conns) < self._expected:
+                self._queued.append(blob)
+            for local, conn in self._conns.items():
+                if local not in self.lost:
+                    try:
+                        conn.send_bytes(blob)
+                    except OSError:
+                        self.lost.add(local)
+
+    def receive(self, seq: int, locals_: Iterable[int], timeout: float) -> list[tuple[int, Any]]:
+        """Replies to ``seq`` from the given local ranks that arrive within ``timeout``; older
+        replies (of a cell given up) are dropped. A rank whose connection closed joins ``lost``."""
+        with self._lock:
+            conns = {
+                c: local for local, c in self._conns.items() if local in locals_ and local not in self.lost
+            }
+        if not conns:  # none connected yet (or all lost): the caller still waits its turn
+            time.sleep(timeout)
+            return []
+        found = []
+        for conn in wait(list(conns), timeout):
+            local = conns[conn]  # type: ignore[index]
+            try:
+                got, payload = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
+            except (EOFError, OSError):
+                self.lost.add(local)
+                continue
+            if got == seq:
+                found.append((local, payload))
+        return found
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
-class Channel:
-    """``put``/``take`` of pickled objects under store keys, signed with one session's secret."""
+class RankEnd:
+    """A rank's side: connect, say which local rank it is, then take commands and reply."""
 
-    def __init__(self, store: Any, secret: bytes, session: str, who: str) -> None:
-        self.store = store
-        self._secret = secret
-        self._session = session.encode()
-        self._who = who  # "kernel" or "rank N": named in the warning about a forged message
-        self.dropped = 0
+    def __init__(self, path: str, key: bytes, local_rank: int) -> None:
+        self._conn = Client(path, "AF_UNIX", authkey=key)
+        self._conn.send(local_rank)
 
-    def _tag(self, key: str, payload: bytes) -> bytes:
-        mac = hmac.new(self._secret, self._session, hashlib.sha256)
-        mac.update(b"\0" + key.encode() + b"\0")
-        mac.update(payload)
-        return mac.digest()
+    def next(self) -> tuple[int, Any]:
+        """The next ``(seq, command)``; EOFError when the kernel has gone."""
+        return pickle.loads(self._conn.recv_bytes())
 
-    def seal(self, key: str, payload: bytes) -> bytes:
-        return self._tag(key, payload) + payload
-
-    def open(self, key: str, blob: bytes) -> bytes | None:
-        """The payload if ``blob`` was sealed under ``key`` with this secret, else None (reported)."""
-        tag, payload = blob[:TAG_BYTES], blob[TAG_BYTES:]
-        if len(tag) == TAG_BYTES and hmac.compare_digest(tag, self._tag(key, payload)):
-            return payload
-        self._report(key)
-        return None
-
-    def put(self, key: str, obj: Any) -> None:
-        self.store.set(key, self.seal(key, pickle.dumps(obj)))
-
-    def take(self, key: str) -> Any | None:
-        """The object under ``key`` if it is present and genuine; None otherwise."""
-        try:
-            if not self.store.check([key]):
-                return None
-            blob = self.store.get(key)
-        except RuntimeError:  # DistStoreError: deleted between check and get, by a stranger
-            return None
-        payload = self.open(key, blob)
-        return None if payload is None else pickle.loads(payload)
-
-    def sign_abort(self, key: str) -> bytes:
-        return self.seal(key, repr(time.time()).encode())
-
-    def abort_is_genuine(self, key: str, blob: bytes, since: float) -> bool:
-        """An abort signed with the shared secret and set after this gang started."""
-        payload = self.open(key, blob)
-        try:
-            return payload is not None and float(payload) >= since - ABORT_CLOCK_SKEW_S
-        except ValueError:
-            return False
-
-    def _report(self, key: str) -> None:
-        self.dropped += 1
-        if self.dropped == 1:  # once per session: a flood must not flood the cell's output
-            print(
-                f"jupyter_gpu ({self._who}): dropped a message under {key!r} that this session "
-                "did not sign (another user on this machine or network writing to the "
-                "torch.distributed store?); it was not run",
-                file=sys.stderr,
-                flush=True,
-            )
+    def reply(self, seq: int, payload: Any) -> None:
+        self._conn.send_bytes(pickle.dumps((seq, payload), protocol=pickle.HIGHEST_PROTOCOL))

@@ -5,13 +5,14 @@ Built on the public layers of ``torch.distributed`` rather than ``elastic_launch
 workers), polls and tears down on its own schedule (the research measured 14 s until a failure
 reached the caller) and installs signal handlers for the whole run. Here:
 
-* on one node the kernel hosts the ranks' ``TCPStore`` itself, on a socket it bound to loopback
-  (torch's own store and rendezvous bind every interface), and gloo and NCCL are told to use the
-  loopback interface too: nothing of a single-node launch listens beyond this machine. Across
-  nodes ``rendezvous.get_rendezvous_handler`` does torch's c10d (or static) rendezvous at the
-  user's endpoint and yields the store the ranks bootstrap from;
-* the store carries commands and replies, every one signed (``channel.Channel``), because any
-  local user can connect to a loopback port;
+* commands and replies go over a private channel (``channel.py``: a Unix socket in the
+  session's 0700 directory), never through a store another user can reach;
+* on one node the ranks' process group starts from a ``FileStore`` in that same directory, so
+  nothing of a session listens on a port of torch's store, and gloo and NCCL are told to use
+  the loopback interface; scripts and the preflight (torchrun's ``env://`` contract) get a
+  loopback ``TCPStore`` instead (``store_host.py``). Across nodes ``rendezvous`` does torch's
+  c10d (or static) rendezvous at the user's endpoint, and the only message of ours that crosses
+  it is a signed abort (``abort.py``);
 * ``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
   kernel), redirects their output to per-rank files and records error files;
 * this module polls the store and the processes every few milliseconds, so a failure is seen as
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import shutil
 import signal
@@ -37,24 +37,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import protocol
-from .channel import SECRET_ENV, Channel, new_secret, shared_secret
+from .abort import ABORT_KEY, SECRET_ENV, abort_is_genuine, shared_secret, sign_abort
+from .channel import KernelEnd, new_key
+from .forkserver import use_forkserver
 from .output import LogPump, tail
 from .protocol import Command, Reply
+from .store_host import StoreHost
 
 SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
 _HANDLED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
 _NOISY_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
-# Imported by the forkserver before it forks any rank: ranks then start in ~0.1 s instead of
-# re-importing torch. The forkserver is a fresh interpreter (not a fork of the kernel), so it
-# has never touched CUDA even when the kernel has.
-_FORKSERVER_PRELOAD = [
-    "torch",
-    "torch.distributed",
-    "torch.distributed.elastic.multiprocessing",
-    "cloudpickle",
-    "jupyter_gpu.kernel.ddp.worker",
-]
+# Store requests of the kernel (multi-node: the abort key) time out after this long.
+STORE_TIMEOUT_S = 5.0
+# How long the kernel waits on the channel before it looks at the processes again.
+POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -81,78 +77,6 @@ def loopback_interface() -> str:
         if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
             return name
     return "lo"
-
-
-def loopback_store() -> Any:
-    """A ``TCPStore`` server that listens on 127.0.0.1 only (torch's own binds every interface)."""
-    import torch.distributed as dist
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    return dist.TCPStore(
-        "127.0.0.1",
-        port,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=60),
-        master_listen_fd=listener.detach(),
-    )
-
-
-def host_store(conn: Any, kernel_pid: int) -> None:
-    """Entry point of the store's own process: serve until the kernel closes the pipe or dies.
-
-    Not in the kernel, because whatever anyone writes into the store is held by the process
-    that serves it: a stranger filling it must at worst end this session, not the notebook.
-    """
-    from .lifeline import bind_to_kernel, detach_from_terminal_signals
-
-    detach_from_terminal_signals()  # a kernel interrupt reaches the process group: not for us
-    bind_to_kernel(kernel_pid)
-    server = loopback_store()
-    conn.send(server.port)
-    with contextlib.suppress(EOFError, OSError):
-        conn.recv()
-
-
-class StoreHost:
-    """The single-node store, served by a process forked from the forkserver (fast: torch is
-    already imported there) that dies with the kernel."""
-
-    def __init__(self, start_timeout: float = 60.0) -> None:
-        use_forkserver()
-        ctx = multiprocessing.get_context("forkserver")
-        self._conn, theirs = ctx.Pipe()
-        self._process = ctx.Process(
-            target=host_store, args=(theirs, os.getpid()), name="jupyter_gpu-ddp-store", daemon=True
-        )
-        self._process.start()
-        theirs.close()
-        if not self._conn.poll(start_timeout):
-            self.close()
-            raise RuntimeError("the DDP store did not start")
-        self.port: int = self._conn.recv()
-
-    def close(self) -> None:
-        self._conn.close()  # the host's recv() returns: it exits
-        self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(1.0)
-
-
-def use_forkserver() -> None:
-    """Make the (per-kernel) forkserver import torch before it forks any rank."""
-    multiprocessing.get_context("forkserver").set_forkserver_preload(_FORKSERVER_PRELOAD)
-
-
-def prestart_forkserver() -> None:
-    """Start the forkserver now, in the background: the first launch then takes ~0.1 s, not the
-    2.6-4.8 s of importing torch. Only the forkserver imports torch; the kernel does not."""
-    from multiprocessing import forkserver
-
-    use_forkserver()
-    threading.Thread(target=forkserver.ensure_running, name="ddp-forkserver", daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -220,10 +144,10 @@ class Collected:
     """What came back for one command, and why collecting stopped."""
 
     replies: dict[int, Reply] = field(default_factory=dict)
-    bell: int = 0  # the reply counter when the store was last searched for replies
     death: Death | None = None
     aborted: bool = False  # another node's kernel gave up on the run
     expired: bool = False  # the deadline passed first
+    lost: list[int] = field(default_factory=list)  # alive, but their channel closed
 
     def failures(self) -> list[Reply]:
         return [r for r in self.replies.values() if not r.ok]
@@ -236,28 +160,33 @@ class Gang:
         self,
         options: WorkerOptions,
         entrypoint: Callable[..., Any] | str,
-        args: Callable[[str, bytes], tuple[Any, ...]],
+        args: Callable[[Gang], tuple[Any, ...]],
         env: dict[str, str] | None = None,
+        commands: bool = True,
     ) -> None:
-        """``args(session_id, secret)`` gives the entry point's arguments (the same for every
-        rank); ``env`` is added to every rank's environment."""
+        """``args(gang)`` gives the entry point's arguments (the same for every rank), once the
+        session's directory, channel and store exist; ``env`` is added to every rank's
+        environment. ``commands``: the ranks serve the channel (``worker.main``); else they run
+        on their own under torchrun's ``env://`` contract (scripts, the preflight)."""
         self.options = options
         self._extra_env = env or {}
-        self.session = uuid.uuid4().hex[:12]
-        # Multi-node: the user's shared secret; one node: a fresh one.
-        secret = new_secret() if self.single_node else shared_secret()
-        if secret is None:
-            raise ValueError(f"a multi-node launch needs {SECRET_ENV} (see the README)")
-        self.secret = secret
-        self.channel: Channel | None = None
-        self._abort: Channel | None = None
+        self.commands = commands
+        self.secret: bytes | None = None  # multi-node: signs the abort
+        if not self.single_node:
+            self.secret = shared_secret()
+            if self.secret is None:
+                raise ValueError(f"a multi-node launch needs {SECRET_ENV} (see the README)")
+        self.key = new_key()  # the channel's; travels to the ranks through the launcher only
+        self.channel: KernelEnd | None = None
+        self.store_path: str | None = None  # one node, commands: the process group's FileStore
+        self._tcp: Any = None  # multi-node: the rendezvous store (the abort key)
         self._started = time.time()
-        self._host: StoreHost | None = None  # the single-node store's process
+        self._host: StoreHost | None = None  # one node, env://: the store's process
         self._entrypoint = entrypoint
         self._args = args
         self.ranks: list[int] = []
         self.world_size = 0
-        self.log_dir = ""
+        self.log_dir = ""  # the session's directory (0700): logs, channel socket, FileStore
         self.pump: LogPump | None = None
         self._handler: Any = None
         self._pcontext: Any = None
@@ -271,56 +200,49 @@ class Gang:
 
     @property
     def single_node(self) -> bool:
-        """No rendezvous endpoint: everything stays on this machine's loopback."""
+        """No rendezvous endpoint: everything stays on this machine."""
         return self.options.rdzv_endpoint is None
 
     # ----------------------------------------------------------------- start
     def start(self, preset: Sequence[Command] = ()) -> None:
         """Rendezvous, then start the ranks; ``preset`` commands are queued before they run."""
-        import torch.distributed as dist
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
         opts = self.options
         n = opts.nproc
+        self.log_dir = tempfile.mkdtemp(prefix="jupyter_gpu_ddp_")
         if self.single_node:
-            self._host = StoreHost()
-            tcp = dist.TCPStore(
-                "127.0.0.1",
-                self._host.port,
-                is_master=False,
-                timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
-            )
             node_rank, nodes = 0, 1
             lo = loopback_interface()
-            store_env = {
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(self._host.port),
-                "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
-                "TORCHELASTIC_USE_AGENT_STORE": "True",
-                "GLOO_SOCKET_IFNAME": lo,
-                "NCCL_SOCKET_IFNAME": lo,
-            }
+            store_env = {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+            if self.commands:
+                self.store_path = os.path.join(self.log_dir, "store")
+            else:
+                self._host = StoreHost()
+                store_env |= {
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(self._host.port),
+                    "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
+                    "TORCHELASTIC_USE_AGENT_STORE": "True",
+                }
         else:
-            tcp, node_rank, nodes, store_env = self._rendezvous()
+            node_rank, nodes, store_env = self._rendezvous()
         self.ranks = [node_rank * n + i for i in range(n)]
         self.world_size = nodes * n
-        store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{self.session}/", tcp)
-        self.channel = Channel(store, self.secret, self.session, "kernel")
-        shared = dist.PrefixStore(f"{protocol.KEY_PREFIX}/", tcp)  # across nodes: the abort key
-        self._abort = Channel(shared, self.secret, "abort", "kernel")
+        if self.commands:
+            self.channel = KernelEnd(self.log_dir, self.key, n)
         for cmd in preset:
             self.send(cmd)
 
         group = {"GROUP_RANK": str(node_rank), "GROUP_WORLD_SIZE": str(nodes), **store_env}
         envs = {i: self._env(i, group) for i in range(n)}
-        self.log_dir = tempfile.mkdtemp(prefix="jupyter_gpu_ddp_")
         if opts.start_method == "forkserver" and not isinstance(self._entrypoint, str):
             use_forkserver()
         with quiet_torch_logs(), kept_signal_handlers():
             self._pcontext = start_processes(
                 name="ddp",
                 entrypoint=self._entrypoint,
-                args={i: self._args(self.session, self.secret) for i in range(n)},
+                args={i: self._args(self) for i in range(n)},
                 envs=envs,
                 logs_specs=DefaultLogsSpecs(log_dir=self.log_dir, redirects=Std.ALL, tee=Std.NONE),
                 start_method=opts.start_method,
@@ -331,8 +253,8 @@ class Gang:
         )
         self.pump.start()
 
-    def _rendezvous(self) -> tuple[Any, int, int, dict[str, str]]:
-        """torch's rendezvous at the user's endpoint: (store client, node rank, nodes, env)."""
+    def _rendezvous(self) -> tuple[int, int, dict[str, str]]:
+        """torch's rendezvous at the user's endpoint: (node rank, nodes, env); keeps the store."""
         import torch.distributed as dist
         from torch.distributed.elastic.rendezvous import RendezvousParameters
         from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
@@ -355,11 +277,11 @@ class Gang:
             self._handler = get_rendezvous_handler(params)
             info = self._handler.next_rendezvous()
         boot = info.bootstrap_store_info
-        tcp = dist.TCPStore(
+        self._tcp = dist.TCPStore(
             boot.master_addr,
             boot.master_port,
             is_master=False,
-            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
+            timeout=timedelta(seconds=STORE_TIMEOUT_S),
         )
         env = {
             "MASTER_ADDR": boot.master_addr,
@@ -367,7 +289,7 @@ class Gang:
             "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
             "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
         }
-        return tcp, info.rank, info.world_size, env
+        return info.rank, info.world_size, env
 
     def _env(self, local_rank: int, group: dict[str, str]) -> dict[str, str]:
         opts = self.options
@@ -403,7 +325,7 @@ class Gang:
         assert self.channel is not None
         seq = self._next_seq
         self._next_seq += 1
-        self.channel.put(protocol.cmd_key(seq), cmd)
+        self.channel.send(seq, cmd)
         return seq
 
     def collect(
@@ -417,66 +339,50 @@ class Gang:
 
         Fills ``got`` in place, so a caller that catches KeyboardInterrupt keeps what arrived.
         """
+        assert self.channel is not None
         got = got if got is not None else Collected()
-        delay = 0.0005
-        next_check = 0.0
+        local = {rank: i for i, rank in enumerate(self.ranks)}
         while len(got.replies) < len(self.ranks):
-            self._read_replies(seq, got)
+            pending = [local[r] for r in self.ranks if r not in got.replies]
+            wait = POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic()))
+            for i, reply in sorted(
+                self.channel.receive(seq, pending, wait), key=lambda x: getattr(x[1], "sent", 0.0)
+            ):
+                if isinstance(reply, Reply) and reply.rank == self.ranks[i]:
+                    got.replies[reply.rank] = reply
             if len(got.replies) == len(self.ranks) or (stop_on_error and got.failures()):
                 break
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + 0.05
-                got.death = self.poll_death()
-                if self.closed:
-                    self._read_replies(seq, got)  # it may have reported just before dying
-                    break
-                if self._aborted():
-                    got.aborted = True
-                    break
-            if deadline is not None and now >= deadline:
+            got.death = self.poll_death()
+            if self.closed:
+                got.replies.update(self._late_replies(seq, got))  # it may have reported just before dying
+                break
+            if self._aborted():
+                got.aborted = True
+                break
+            lost = [self.ranks[i] for i in pending if i in self.channel.lost]
+            if lost:  # a rank closed its end: it is dying, or its channel was cut
+                got.death = self.death_soon(1.0)
+                got.lost = [] if got.death is not None else lost
+                break
+            if deadline is not None and time.monotonic() >= deadline:
                 got.expired = True
                 break
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.02)
         return got
 
-    def _read_replies(self, seq: int, got: Collected) -> None:
-        """When the doorbell rang, take the genuine replies present, in the order they were sent.
-
-        Anyone can ring it or plant a reply: a forged one is dropped (and looked at again at the
-        next ring, when the rank's own may have replaced it), so it can delay, never decide.
-        """
+    def _late_replies(self, seq: int, got: Collected) -> dict[int, Reply]:
         assert self.channel is not None
-        rung = self.channel.store.add(protocol.count_key(seq), 0)
-        if rung == got.bell:
-            return
-        got.bell = rung
-        found = []
-        for rank in self.ranks:
-            if rank not in got.replies:
-                reply = self.channel.take(protocol.reply_key(seq, rank))
-                if isinstance(reply, Reply) and reply.rank == rank:
-                    found.append(reply)
-        for reply in sorted(found, key=lambda r: r.sent):
-            got.replies[reply.rank] = reply
+        pending = [i for i, r in enumerate(self.ranks) if r not in got.replies]
+        return {
+            reply.rank: reply
+            for i, reply in self.channel.receive(seq, pending, 0.0)
+            if isinstance(reply, Reply) and reply.rank == self.ranks[i]
+        }
 
     def _aborted(self) -> bool:
         """Multi-node: another node's kernel signed an abort during this run."""
-        if self.single_node or self._abort is None:
+        if self._tcp is None or self.secret is None or not self._tcp.check([ABORT_KEY]):
             return False
-        store = self._abort.store
-        if not store.check([protocol.ABORT_KEY]):
-            return False
-        return self._abort.abort_is_genuine(protocol.ABORT_KEY, store.get(protocol.ABORT_KEY), self._started)
-
-    def forget(self, seq: int) -> None:
-        """Drop a finished command's keys so a long session does not grow the store."""
-        assert self.channel is not None
-        keys = [protocol.cmd_key(seq), protocol.count_key(seq)]
-        keys += [protocol.reply_key(seq, r) for r in self.ranks]
-        for key in keys:
-            self.channel.store.delete_key(key)
+        return abort_is_genuine(self.secret, self._tcp.get(ABORT_KEY), self._started)
 
     # ------------------------------------------------------------ processes
     def pids(self) -> dict[int, int]:
@@ -542,9 +448,9 @@ class Gang:
 
     def abort_others(self) -> None:
         """Tell other nodes' kernels (multi-node) that this node's ranks are gone."""
-        if self.options.nnodes > 1 and self._abort is not None:
+        if self._tcp is not None and self.secret is not None:
             with contextlib.suppress(Exception):
-                self._abort.store.set(protocol.ABORT_KEY, self._abort.sign_abort(protocol.ABORT_KEY))
+                self._tcp.set(ABORT_KEY, sign_abort(self.secret))
 
     def stop(self, clean: bool, timeout: float = 5.0, wait: bool = True) -> None:
         """End the ranks: ask them to stop (``clean``) and wait, else SIGTERM, then SIGKILL.
@@ -556,7 +462,7 @@ class Gang:
         if self._stopped:
             return
         self._stopped = True
-        if self._pcontext is not None and clean and not self.closed:
+        if self._pcontext is not None and clean and not self.closed and self.channel is not None:
             with quiet_torch_logs():
                 self.send(Command("stop"))
                 self._pcontext.wait(timeout=timeout, period=0.02)
@@ -584,6 +490,9 @@ class Gang:
         # The stores stop listening once nothing holds them; IPython keeps the last traceback
         # (and with it this gang) alive, so let go of them here rather than on collection.
         self._handler = None
+        self._tcp = None
+        if self.channel is not None:
+            self.channel.close()
         if self._host is not None:
             self._host.close()
         if not self.keep_logs and self.log_dir:

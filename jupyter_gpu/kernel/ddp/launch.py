@@ -52,14 +52,16 @@ def _give_up(gang: Gang, error: DDPError) -> DDPError:
 
 
 def cell_gang(options: WorkerOptions) -> Gang:
-    """Ranks that run ``worker.main`` and take cells, pushes and pulls from the store."""
+    """Ranks that run ``worker.main`` and take cells, pushes and pulls from the channel."""
     from . import worker
 
-    def args(session: str, secret: bytes) -> tuple[Any, ...]:
+    def args(gang: Gang) -> tuple[Any, ...]:
+        assert gang.channel is not None
         return (
             WorkerConfig(
-                session,
-                secret,
+                gang.channel.path,
+                gang.key,
+                gang.store_path,
                 os.getpid(),
                 options.backend,
                 options.amp,
@@ -144,7 +146,7 @@ def run_script(
     gang = Gang(
         options,
         sys.executable,
-        lambda session, secret: (
+        lambda gang: (
             "-u",
             "-m",
             "jupyter_gpu.kernel.ddp.script",
@@ -153,6 +155,7 @@ def run_script(
             *script_args,
         ),
         env={"PYTHONPATH": pythonpath},
+        commands=False,
     )
     deadline = time.monotonic() + timeout if timeout else None
     try:

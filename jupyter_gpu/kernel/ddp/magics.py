@@ -14,6 +14,7 @@ from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_c
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..extension import ShellMagics, cell_number, unregister_magics
+from ..magic_args import path_text
 from ..timeline import timeline_of
 from . import args
 from .args import cell_arguments, checkpoint_arguments, worker_arguments
@@ -211,7 +212,7 @@ class DDPMagics(ShellMagics):
         print(session.load(resolve(ns.path), *args.checkpoint_names(ns)))
 
     @magic_arguments()
-    @argument("path", help="the checkpoint's folder")
+    @argument("path", type=path_text, help="the checkpoint's folder")
     @argument(
         "--model",
         default=None,
@@ -253,7 +254,7 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     a shared server) leaves it to the first launch.
     """
     from ...nvml.visible import visible_gpus
-    from .gang import prestart_forkserver
+    from .forkserver import prestart_forkserver
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)

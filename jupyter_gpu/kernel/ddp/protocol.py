@@ -1,13 +1,8 @@
-"""What the kernel and the ranks say to each other over the c10d ``TCPStore``.
+"""What the kernel and its ranks say to each other over their private channel (``channel.py``).
 
-The store is the one the ranks bootstrap their process group from (``MASTER_ADDR:MASTER_PORT``),
-so there is no extra server or socket protocol: the kernel ``set``s ``cmd/<seq>``; every rank
-``wait``s for it, runs it, ``set``s ``reply/<seq>/<rank>`` and rings ``replies/<seq>`` (``add``),
-so the kernel looks for replies as soon as the *first* one, typically a failure, arrives.
-Every value is signed (``channel.Channel``): the store itself is open to anyone who reaches it,
-so the doorbell is only a hint and a reply counts only when its signature holds. Envelopes are
-pickles of these dataclasses; notebook objects inside them are cloudpickled separately so one
-bad object can be named.
+The kernel sends ``(seq, Command)`` to every local rank; each rank runs it and answers
+``(seq, Reply)``. Envelopes are pickles of these dataclasses; notebook objects inside them are
+cloudpickled separately so one bad object can be named.
 """
 
 from __future__ import annotations
@@ -19,32 +14,14 @@ from .errors import RemoteError
 
 CommandKind = Literal["init", "cell", "push", "pull", "save", "load", "stop"]
 
-# Session keys live under this prefix of the rendezvous store, then the session id.
-KEY_PREFIX = "jupyter_gpu/ddp"
-ABORT_KEY = "abort"  # set by any node's kernel when its ranks fail: other nodes stop theirs
-# Store requests of the kernel and the ranks (not their waits for the next command): a key a
-# stranger deleted between check and get costs this long, not a minute.
-STORE_TIMEOUT_S = 5.0
-
-
-def cmd_key(seq: int) -> str:
-    return f"cmd/{seq}"
-
-
-def reply_key(seq: int, rank: int) -> str:
-    return f"reply/{seq}/{rank}"
-
-
-def count_key(seq: int) -> str:
-    return f"replies/{seq}"
-
 
 @dataclass
 class WorkerConfig:
     """Passed to every rank's entry point at start (pickled by the process launcher)."""
 
-    session: str
-    secret: bytes  # signs every message of this session; travels only through the launcher
+    channel: str  # the kernel's Unix socket, in the session's 0700 directory
+    key: bytes  # answers the channel's challenge; travels only through the process launcher
+    store: str | None  # one node: the process group's FileStore, beside the socket; else env://
     kernel_pid: int
     backend: str
     amp: str | None

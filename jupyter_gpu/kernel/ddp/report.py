@@ -63,6 +63,12 @@ def error_for(
     if got.expired:
         msg = f"timed out after {timeout:g} s; the ranks were stopped"
         return DDPInterrupted(msg, [f"DDPInterrupted: {msg}\n"])
+    if got.lost:
+        msg = (
+            f"{ranks_text(got.lost)} stopped answering: the channel to the kernel closed "
+            "(a rank's code closed it, or it was cut)"
+        )
+        return DDPError(msg, [msg + "\n"])
     msg = f"{ranks_text(silent)} exited without reporting back"
     return DDPError(msg, [msg + "\n"])
 

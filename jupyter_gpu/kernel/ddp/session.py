@@ -105,7 +105,6 @@ class Session:
             interrupted = True
         if not interrupted and not report.incomplete(got, len(gang.ranks)):
             gang.pump.drain()
-            gang.forget(seq)
             self.cells += command.kind == "cell"
             return got.replies
         stopping = interrupted or got.expired  # the user wants the cell stopped, not finished
@@ -116,8 +115,6 @@ class Session:
             gang.abort_others()
             gang.stop(clean=False)
             self.down_reason = self._down_reason(got, stuck)
-        else:
-            gang.forget(seq)
         raise self._error(got, gang, stuck, interrupted, cell, cell_source, label)
 
     def _settle(

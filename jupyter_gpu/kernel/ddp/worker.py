@@ -18,21 +18,16 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from types import FrameType
 from typing import Any
 
 from ...analysis.cells import device_change
 from ...torch_state import nvml_uuid
 from ..timeline import allocator_readings
-from . import protocol
-from .channel import Channel
+from .channel import RankEnd
 from .errors import capture, cell_filename
 from .lifeline import bind_to_kernel, detach_from_terminal_signals
 from .protocol import Command, Reply, WorkerConfig
-
-_IDLE_WAIT = timedelta(hours=1)
-_FORGED_RECHECK_S = 0.05  # a forged command sits under the key: look again until ours replaces it
 
 
 def main(config: WorkerConfig) -> None:
@@ -64,23 +59,14 @@ def to_cpu(value: Any) -> Any:
 
 
 class _Rank:
-    """One rank's side of the store protocol, with the namespace that persists across cells."""
+    """One rank's side of the channel, with the namespace that persists across cells."""
 
     def __init__(self, config: WorkerConfig) -> None:
-        import torch.distributed as dist
-
         self.config = config
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
-        tcp = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            is_master=False,
-            timeout=timedelta(seconds=protocol.STORE_TIMEOUT_S),
-        )
-        store = dist.PrefixStore(f"{protocol.KEY_PREFIX}/{config.session}/", tcp)
-        self.channel = Channel(store, config.secret, config.session, f"rank {self.rank}")
+        self.channel = RankEnd(config.channel, config.key, self.local_rank)
         self.ns: dict[str, Any] = {}
         self.device: Any = None
         self.executing = False
@@ -96,10 +82,11 @@ class _Rank:
 
         try:
             self._reply(0, self._guard(self._init))
-            seq = 0
             while True:
-                seq += 1
-                cmd = self._next(seq)
+                try:
+                    seq, cmd = self.channel.next()
+                except EOFError:  # the kernel has gone (its lifeline ends us too)
+                    return
                 if cmd.kind == "stop":
                     return
                 self._reply(seq, self._guard(functools.partial(self._handle, cmd)))
@@ -107,26 +94,11 @@ class _Rank:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
-    def _next(self, seq: int) -> Command:
-        import torch.distributed as dist
-
-        key = protocol.cmd_key(seq)
-        while True:
-            try:
-                self.channel.store.wait([key], _IDLE_WAIT)
-            except dist.DistStoreError:
-                continue  # idle for an hour: keep waiting
-            cmd = self.channel.take(key)
-            if isinstance(cmd, Command):
-                return cmd
-            time.sleep(_FORGED_RECHECK_S)
-
     def _reply(self, seq: int, reply: Reply) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         reply.sent = time.monotonic()
-        self.channel.put(protocol.reply_key(seq, self.rank), reply)
-        self.channel.store.add(protocol.count_key(seq), 1)  # ring: the kernel looks for replies
+        self.channel.reply(seq, reply)
 
     def _guard(self, step: Callable[[], Reply]) -> Reply:
         """Any exception of a step becomes an error reply: the rank itself stays up."""
@@ -161,7 +133,14 @@ class _Rank:
             raise RuntimeError("--backend nccl needs a GPU for every rank and this rank sees none")
         if "OMP_NUM_THREADS" in os.environ:  # the forkserver's OpenMP read it before we set it
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-        dist.init_process_group(backend, device_id=self.device if backend == "nccl" else None)
+        device_id = self.device if backend == "nccl" else None
+        if self.config.store is None:  # across nodes: the rendezvous store, through env://
+            dist.init_process_group(backend, device_id=device_id)
+        else:  # one node: a FileStore in the session's 0700 directory, no port for others
+            store = dist.FileStore(self.config.store, self.world_size)
+            dist.init_process_group(
+                backend, store=store, rank=self.rank, world_size=self.world_size, device_id=device_id
+            )
         self.ns = {
             "__name__": "__main__",
             "__builtins__": builtins,
