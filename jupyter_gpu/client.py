@@ -18,6 +18,7 @@ symlink to one, could name their own listener and collect the token, the hub's i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import http.client
 import json
 import os
@@ -124,10 +125,20 @@ class Server:
         """
         from tornado.httpclient import HTTPClientError, HTTPRequest
         from tornado.httputil import HTTPInputError
-        from tornado.simple_httpclient import SimpleAsyncHTTPClient
+
+        url = self.url + path
+        received: list[bytes] = []
+        size = 0
+
+        def collect(chunk: bytes) -> None:
+            nonlocal size
+            size += len(chunk)
+            if size > max_bytes:
+                raise ServerError(f"{url} sent more than {format_bytes(max_bytes)}: refused")
+            received.append(chunk)
 
         request = HTTPRequest(
-            self.url + path,
+            url,
             method=method,
             body=body,
             headers={**(headers or {}), **({"Authorization": f"token {self.token}"} if self.token else {})},
@@ -135,25 +146,22 @@ class Server:
             request_timeout=timeout,
             follow_redirects=False,
             allow_nonstandard_methods=True,
+            streaming_callback=collect,
         )
-        # One client per request: no queue behind tornado's shared client's ten connections,
-        # and the size limit is this request's.
-        client = SimpleAsyncHTTPClient(force_instance=True, max_clients=1, max_body_size=max_bytes)
+        # One client per request: no queue behind tornado's shared client's ten connections; no
+        # body limit of tornado's (``collect`` is the limit, see _bounded_client_class).
+        client = _bounded_client_class()(force_instance=True, max_clients=1, max_body_size=2**62)
         try:
             response = await client.fetch(request, raise_error=False)
         except HTTPClientError as error:  # 599: a timeout or a closed stream
             raise Unreachable(f"cannot reach {self.url}: {error.message}") from None
-        except HTTPInputError as error:  # not HTTP, or a Content-Length over max_body_size
-            raise ServerError(
-                f"{self.url + path} sent a malformed reply or more than {format_bytes(max_bytes)}: {error}"
-            ) from None
+        except HTTPInputError as error:  # not HTTP
+            raise ServerError(f"{url} sent a malformed reply: {error}") from None
         except OSError as error:  # refused, reset
             raise Unreachable(f"cannot reach {self.url}: {error}") from None
         finally:
             client.close()
-        return Reply(
-            response.code, {k.lower(): v for k, v in response.headers.get_all()}, response.body or b""
-        )
+        return Reply(response.code, {k.lower(): v for k, v in response.headers.get_all()}, b"".join(received))
 
     def get(self, path: str, *, timeout: float = TIMEOUT, max_bytes: int = MAX_REPLY_BYTES) -> dict[str, Any]:
         """GET ``{url}{path}`` (e.g. ``api/gpu/devices``) and return its JSON object."""
@@ -182,6 +190,31 @@ class Server:
         if not isinstance(data, dict):
             raise ServerError(f"{url} answered with unexpected JSON")
         return data
+
+
+@functools.cache
+def _bounded_client_class() -> type[Any]:
+    """Tornado's simple client, whose connections end a reply where the request's
+    ``streaming_callback`` (``send_async``'s byte count) raises ``ServerError``: ``fetch`` then
+    raises it, and at most a chunk (64 kB) past the limit is read, whatever Content-Length,
+    chunked encoding or gzip say. Tornado's own ``max_body_size`` only closes the connection (a
+    server that floods would read as "Connection closed"), and a callback's exception alone is
+    logged as a traceback. Tornado is imported on first use: the CLI and the kernel never need it."""
+    from tornado.simple_httpclient import SimpleAsyncHTTPClient, _HTTPConnection
+
+    class Connection(_HTTPConnection):
+        def data_received(self, chunk: bytes) -> Any:
+            try:
+                return super().data_received(chunk)
+            except ServerError as error:  # ends the fetch with it, closes the connection
+                self._handle_exception(type(error), error, error.__traceback__)
+                return None
+
+    class Client(SimpleAsyncHTTPClient):
+        def _connection_class(self) -> type:
+            return Connection
+
+    return Client
 
 
 def server_at(url: str, token: str | None) -> Server:

@@ -1,5 +1,6 @@
 """A hundred cheap user servers behind one fake proxy, and a fake Hub API listing them: for the
-fan-out tests and benchmarks/hub_page.py. Each user's behaviour is one of ``BEHAVIOURS``."""
+fan-out tests and benchmarks/hub_page.py. Each user's behaviour is one of ``BEHAVIOURS``; the
+last four are what a student's own code can make her server answer (tests/test_hub_hostile.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,27 @@ from typing import Any
 
 from tornado import web
 from tornado.httpserver import HTTPServer
+from tornado.iostream import StreamClosedError
 
 from jupyter_gpu.server.schema import VERSION
 
-BEHAVIOURS = ("ok", "slow", "hung", "garbage", "wrong_shape", "closed")
+BEHAVIOURS = (
+    "ok",
+    "slow",
+    "hung",
+    "garbage",
+    "wrong_shape",
+    "closed",
+    "hostile",
+    "long_version",
+    "flood",
+    "flood_sized",
+)
+HOSTILE_KERNELS = 15_000
+HOSTILE_GPUS = 10_000
+HUGE = 64 * 2**10  # characters of each huge string in a hostile reply
+FAKE_NAME = "NVIDIA H900 (says mallory)"
+FLOOD = b'{"version":"' + b"9" * 3 * 2**20 + b'","kernels":[]}'  # 3 MiB of version
 
 
 def kernels_reply(user: str, n: int = 2) -> dict[str, Any]:
@@ -59,6 +77,40 @@ def telemetry_reply(t: float) -> dict[str, Any]:
     return {"version": VERSION, "latest": {"t": t, "gpus": gpus}, "history": []}
 
 
+def _compact(reply: dict[str, Any]) -> bytes:
+    return json.dumps(reply, separators=(",", ":")).encode()
+
+
+def hostile_kernels_reply() -> bytes:
+    """15,000 kernels: 300 idle holders of 1 TiB each on GPU 0 (all 128 GiB of it, 2,400 times
+    over), the first with every string 64 Ki characters long; compact, so that the reply stays
+    under what the service reads of it (the cap on rows is what is tried here)."""
+    huge = "x" * HUGE
+    holder: dict[str, Any] = {
+        "gpu_memory": [{"gpu_index": 0, "used_memory_bytes": 2**40}],
+        "idle_holding": True,
+        "idle_seconds": 1e9,
+    }
+    kernels = [{"id": huge, "name": huge, "path": huge, "execution_state": huge, **holder}]
+    kernels += [{"id": f"m{i}", **holder} for i in range(1, 300)]
+    kernels += [{"id": f"m{i}", "gpu_memory": []} for i in range(300, HOSTILE_KERNELS)]
+    return _compact({"version": VERSION, "kernels": kernels})
+
+
+def hostile_telemetry_reply() -> bytes:
+    """10,000 GPUs: GPU-0 again with another name and 1 PiB in all, a 64 Ki-character UUID, and
+    GPUs nobody else has (indexes 0 to 63 over and over)."""
+    gpus: list[dict[str, Any]] = [
+        {"index": 0, "uuid": "GPU-0", "name": FAKE_NAME, "memory_used_bytes": 0, "memory_total_bytes": 2**50},
+        {"index": 1, "uuid": "y" * HUGE, "memory_used_bytes": 0, "memory_total_bytes": 2**37},
+    ]
+    gpus += [
+        {"index": i % 64, "uuid": f"GPU-m{i}", "memory_used_bytes": 0, "memory_total_bytes": 2**37}
+        for i in range(2, HOSTILE_GPUS)
+    ]
+    return _compact({"version": VERSION, "latest": {"t": 1.0, "gpus": gpus}, "history": []})
+
+
 class UserRoute(web.RequestHandler):
     def initialize(self, fleet: FakeFleet) -> None:
         self.fleet = fleet
@@ -73,12 +125,29 @@ class UserRoute(web.RequestHandler):
         elif behaviour == "closed":
             self.request.connection.stream.close()
             return
-        if behaviour == "garbage":
+        if behaviour == "flood":  # streamed, chunk by chunk, without a Content-Length
+            await self._stream(FLOOD)
+        elif behaviour == "flood_sized":  # with its Content-Length
+            self.finish(FLOOD)
+        elif behaviour == "long_version":  # 512 Ki characters, within what the service reads
+            self.finish(_compact({"version": "9" * 2**19, "kernels": []}))
+        elif behaviour == "hostile":
+            self.finish(hostile_kernels_reply() if route == "kernels" else hostile_telemetry_reply())
+        elif behaviour == "garbage":
             self.finish("<html>Service Unavailable</html>")
         elif behaviour == "wrong_shape":
             self.finish({"version": VERSION, "kernels": [{"id": 7}]})
         else:
             self.finish(kernels_reply(user) if route == "kernels" else telemetry_reply(1.0))
+
+    async def _stream(self, body: bytes) -> None:
+        try:
+            for start in range(0, len(body), 2**16):
+                self.write(body[start : start + 2**16])
+                await self.flush()
+            self.finish()
+        except StreamClosedError:  # the service stopped reading: what it should do
+            pass
 
 
 class UsersRoute(web.RequestHandler):

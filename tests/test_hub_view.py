@@ -8,7 +8,7 @@ import pytest
 from fake_fleet import FakeFleet, kernels_reply, mixed, telemetry_reply
 
 from jupyter_gpu.client import Server
-from jupyter_gpu.hub import view
+from jupyter_gpu.hub import replies, view
 from jupyter_gpu.hub.fleet import Hub
 from jupyter_gpu.hub.handlers import Builder
 
@@ -19,7 +19,7 @@ def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_da
     reply = kernels_reply("ada", 3)  # kernel 1 is the idle holder (2 GiB)
     del reply["kernels"][2]["idle_seconds"], reply["kernels"][2]["idle_holding"]  # an older server
     reading = view.Reading(
-        ADA, "ok", kernels=view.check_kernels(reply), gpus=view.check_telemetry(telemetry_reply(1))
+        ADA, "ok", kernels=replies.check_kernels(reply), gpus=replies.check_telemetry(telemetry_reply(1))
     )
     built = view.build([reading], now=10.0, timeout=1.5)
     assert [k["kernel_id"] for k in built["kernels"]] == ["ada-k1", "ada-k2", "ada-k0"]
@@ -71,8 +71,8 @@ def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_da
     ],
 )
 def test_a_reply_of_the_wrong_shape_is_refused_with_what_is_wrong(reply, says):
-    with pytest.raises(view.BadReply, match=says):
-        view.check_kernels(reply)
+    with pytest.raises(replies.BadReply, match=says):
+        replies.check_kernels(reply)
 
 
 @pytest.mark.parametrize(
@@ -91,14 +91,14 @@ def test_a_telemetry_reply_out_of_bounds_is_refused(field, value, says):
         reply["latest"]["t"] = value
     else:
         reply["latest"]["gpus"][0][field] = value
-    with pytest.raises(view.BadReply, match=says):
-        view.check_telemetry(reply)
+    with pytest.raises(replies.BadReply, match=says):
+        replies.check_telemetry(reply)
 
 
 def test_gpus_seen_by_several_servers_are_listed_once_and_no_student_can_hide_a_full_one():
-    honest = view.check_telemetry(telemetry_reply(1.0))
-    liar = view.check_telemetry(telemetry_reply(1e300))  # "my sample is the newest"
-    liar[0]["memory_used_bytes"] = 0  # "GPU 0 is empty"
+    honest = replies.check_telemetry(telemetry_reply(1.0))
+    liar = replies.check_telemetry(telemetry_reply(1e300))  # "my sample is the newest"
+    liar.rows[0]["memory_used_bytes"] = 0  # "GPU 0 is empty"
     readings = [
         view.Reading(ADA, "ok", kernels=[], gpus=honest),
         view.Reading(view.UserServer("mallory", "", "/user/mallory/"), "ok", kernels=[], gpus=liar),

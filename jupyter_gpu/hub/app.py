@@ -15,14 +15,16 @@ import logging
 import os
 import sys
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..client import server_at
-from .fleet import Hub
+from .fleet import Hub, node_gpus
 from .handlers import Builder, KernelsHandler, PageHandler, ShutdownKernelHandler, StopServerHandler
 
 HERE = Path(__file__).parent
@@ -30,8 +32,10 @@ HERE = Path(__file__).parent
 DEFAULT_TIMEOUT = 1.5
 
 
-def make_app(hub: Hub, prefix: str, *, cookie_secret: bytes) -> web.Application:
-    builder = Builder(hub)
+def make_app(
+    hub: Hub, prefix: str, *, cookie_secret: bytes, node: Sequence[dict[str, Any]]
+) -> web.Application:
+    builder = Builder(hub, node)
     kwargs = {"hub": hub, "builder": builder}
     return web.Application(
         [
@@ -95,8 +99,10 @@ async def serve(argv: list[str]) -> None:
         args.proxy_url,
         timeout=args.timeout,
     )
+    # The node's GPUs do not change while it runs: read once, what students' claims are held to.
+    node = await asyncio.to_thread(node_gpus)
     # OAuth state cookies are signed; the secret is per process (a restart logs people in again).
-    app = make_app(hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32))
+    app = make_app(hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32), node=node)
     listen = urllib.parse.urlsplit(env["JUPYTERHUB_SERVICE_URL"])
     app.listen(listen.port or 80, listen.hostname or "127.0.0.1", xheaders=True)
     logging.getLogger("jupyter_gpu.hub").info(

@@ -14,15 +14,21 @@ import logging
 import time
 import urllib.parse
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
+import pynvml
+
 from ..client import Server, ServerError, Unreachable
-from .view import BadReply, Reading, UserServer, check_kernels, check_telemetry
+from ..nvml.holders import all_devices
+from .replies import MAX_KERNELS, BadReply, check_kernels, check_telemetry
+from .view import Reading, UserServer
 
 log = logging.getLogger("jupyter_gpu.hub")
-# A kernels reply of a server with a few hundred kernels is well under this; a telemetry reply
-# asked for the latest sample only is tens of kB. Bounded, because every server is read at once.
-MAX_KERNELS_REPLY = 4 * 2**20
+# Read at most this much of a server's reply (the client stops there): the page shows 256 of its
+# kernels, ~1.5 kB each with 8 GPUs and a long path, and parsing a reply holds the event loop
+# (~20 ms a MiB). A telemetry reply asked for the latest sample only is tens of kB.
+MAX_KERNELS_REPLY = MAX_KERNELS * 4 * 2**10
 MAX_TELEMETRY_REPLY = 2**20
 # Minted per action, revoked right after: a minute is more than one DELETE needs.
 ACTION_TOKEN_SECONDS = 60
@@ -196,6 +202,15 @@ class Hub:
             f"servers/{_quote(server.name)}" if server.name else "server"
         )
         await self._call("DELETE", path)
+
+
+def node_gpus(nvml: ModuleType | Any = pynvml) -> list[dict[str, Any]]:
+    """The Hub node's own GPUs (index, uuid, name, total memory), as its NVML reads them, or none:
+    what students' servers' claims about a GPU are checked against. Blocking: off the loop."""
+    rows, _ = all_devices(nvml)
+    return [
+        {field: row.get(field) for field in ("index", "uuid", "name", "memory_total_bytes")} for row in rows
+    ]
 
 
 def servers_of(user: dict[str, Any]) -> list[UserServer]:

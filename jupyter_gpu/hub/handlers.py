@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
@@ -133,10 +134,12 @@ class StopServerHandler(APIHandler):
 
 class Builder:
     """Builds the view; page loads that arrive while one build runs share its result, so ten
-    open pages refreshing cost the user servers one round of requests, not ten."""
+    open pages refreshing cost the user servers one round of requests, not ten. ``node`` is the
+    Hub node's own reading of its GPUs (``fleet.node_gpus``), what servers' claims are held to."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, node: Sequence[dict[str, Any]] = ()) -> None:
         self.hub = hub
+        self.node = node
         self._running: asyncio.Future[dict[str, Any]] | None = None
 
     async def build(self) -> dict[str, Any]:
@@ -150,4 +153,4 @@ class Builder:
             readings = await self.hub.read_all()
         except HubError as error:
             raise web.HTTPError(502, str(error)) from None
-        return view.build(readings, now=time.time(), timeout=self.hub.timeout)
+        return view.build(readings, now=time.time(), timeout=self.hub.timeout, node=self.node)

@@ -1,32 +1,36 @@
 """What the instructor's page shows, from what each user server answered (pure functions).
 
-A user server's kernels reply is checked strictly here, field by field, for what this page reads,
-rather than against the whole kernels schema: a server one release older or newer (with or without
-the idle fields ``idle_seconds``/``idle_holding``/``last_activity``) still shows, while any field of
-the wrong type, or a number out of bounds (NaN, infinity, a count no float holds: ``format_bytes``
-of 10**400 raises), makes the server an error row instead of a wrong number on the page, or of a
-page that fails for every server because one student's server sent it.
+The replies come checked and bounded (``replies``), but any of them may still lie. So what a
+server says about a GPU (its index and total memory under its UUID) is shown as fact only where
+the Hub node's own NVML reading, or the servers of two users at least, say the same; any other
+claim is a row of its own that says whose claim it is. And a server whose kernels hold more
+memory on a GPU than that GPU has, as confirmed (or memory on a GPU nobody confirms), has its
+kernels listed after everyone else's and marked: fake kernels cannot push the real students off
+the top of the page, and a cut list or a cut string is said, never silent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.bounded import MAX_COUNT, is_int, is_number
+from ..analysis.bounded import cut
 from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from ..server.schema import VERSION
+from .replies import Listed
 
 DASH = "\u2014"  # what the page shows for a figure the server did not send
+MAX_REASON = 300  # characters of a server's reason on the page
 
 # A server's row: 'ok', 'not_answering' (no reply within the timeout, refused, reset) or 'error'
 # (an answer that is not a kernels reply: an HTTP error, garbage, an unexpected shape).
 STATES = ("ok", "not_answering", "error")
 
-
-class BadReply(ValueError):
-    """A reply that is not what a jupyter_gpu server sends; the message says what is wrong."""
+# A GPU as one server describes it: (which GPU, index, total memory). Which GPU is ("uuid", its
+# UUID), or ("server", user, server name) for one without a UUID, which nobody else can confirm.
+Claim = tuple[tuple[str, ...], int, int | None]
 
 
 @dataclass(frozen=True)
@@ -45,85 +49,56 @@ class Reading:
     server: UserServer
     state: str
     reason: str | None = None
-    kernels: list[dict[str, Any]] | None = None  # as check_kernels passed them
-    gpus: list[dict[str, Any]] | None = None  # as check_telemetry passed them
+    kernels: Listed | None = None  # as replies.check_kernels passed them
+    gpus: Listed | None = None  # as replies.check_telemetry passed them
 
 
-def _need(ok: bool, what: str) -> None:
-    if not ok:
-        raise BadReply(what)
+def _claim(reading: Reading, gpu: dict[str, Any]) -> Claim:
+    which = ("uuid", gpu["uuid"]) if gpu["uuid"] else ("server", reading.server.user, reading.server.name)
+    return (which, gpu["index"], gpu["memory_total_bytes"])
 
 
-def _check_version(data: Any, route: str) -> dict[str, Any]:
-    _need(isinstance(data, dict), f"the {route} reply is not a JSON object")
-    version = data.get("version")
-    _need(
-        version == VERSION, f"the {route} reply has version {version!r}; this service reads version {VERSION}"
-    )
-    return data
+def _gpus(reading: Reading) -> list[dict[str, Any]]:
+    return reading.gpus.rows if reading.gpus is not None else []
 
 
-def check_kernels(data: Any) -> list[dict[str, Any]]:
-    """The kernels of a ``GET api/gpu/kernels`` reply; BadReply for anything else."""
-    kernels: Any = _check_version(data, "kernels").get("kernels")
-    _need(isinstance(kernels, list), "`kernels` is not a list")
-    for n, k in enumerate(kernels):
-        where = f"kernel {n}"
-        _need(isinstance(k, dict), f"{where} is not an object")
-        _need(isinstance(k.get("id"), str) and bool(k["id"]), f"{where} has no id")
-        _need(k.get("path") is None or isinstance(k["path"], str), f"{where}: `path` is not a string")
-        _need(isinstance(k.get("name", ""), str), f"{where}: `name` is not a string")
-        state = k.get("execution_state")
-        _need(state is None or isinstance(state, str), f"{where}: `execution_state` is not a string")
-        rows = k.get("gpu_memory")
-        _need(isinstance(rows, list), f"{where}: `gpu_memory` is not a list")
-        for row in rows:
-            _need(
-                isinstance(row, dict)
-                and is_int(row.get("gpu_index"), 0, MAX_COUNT)
-                and is_int(row.get("used_memory_bytes"), 0, MAX_COUNT),
-                f"{where}: a `gpu_memory` row without gpu_index and used_memory_bytes",
-            )
-        allocator = k.get("allocator")
-        if allocator is not None:
-            devices: Any = allocator.get("devices") if isinstance(allocator, dict) else None
-            _need(isinstance(devices, list), f"{where}: `allocator` without devices")
-            for device in devices:
-                _need(
-                    isinstance(device, dict)
-                    and is_int(device.get("allocated_bytes"), 0, MAX_COUNT)
-                    and is_int(device.get("reserved_bytes"), 0, MAX_COUNT),
-                    f"{where}: an allocator device without allocated and reserved bytes",
-                )
-        for field in ("idle_seconds", "last_activity"):
-            _need(k.get(field) is None or is_number(k[field], 0), f"{where}: `{field}` is not a number")
-        holding = k.get("idle_holding")
-        _need(holding is None or isinstance(holding, bool), f"{where}: `idle_holding` is not true or false")
-    return kernels
+def agreed(readings: Iterable[Reading], node: Sequence[dict[str, Any]] = ()) -> set[Claim]:
+    """The claims taken as fact. For a GPU the Hub node reads itself (``node``: index, uuid, name,
+    memory_total_bytes), what it reads; for any other, the claim that the most users' servers
+    make, if two users at least make it and no other claim is made by as many."""
+    facts: set[Claim] = {
+        (("uuid", g["uuid"]), g["index"], g.get("memory_total_bytes")) for g in node if g.get("uuid")
+    }
+    read_here = {which for which, _, _ in facts}
+    users: dict[Claim, set[str]] = defaultdict(set)
+    for reading in readings:
+        for gpu in _gpus(reading):
+            users[_claim(reading, gpu)].add(reading.server.user)
+    votes: dict[tuple[str, ...], Counter[Claim]] = defaultdict(Counter)
+    for claim, who in users.items():
+        if claim[0][0] == "uuid" and claim[0] not in read_here:
+            votes[claim[0]][claim] = len(who)
+    for counted in votes.values():
+        (best, most), *others = counted.most_common(2)
+        if most >= 2 and not (others and others[0][1] == most):
+            facts.add(best)
+    return facts
 
 
-def check_telemetry(data: Any) -> list[dict[str, Any]]:
-    """The GPUs of the latest sample in a ``GET api/gpu/telemetry`` reply (none before the first
-    sample or without NVML); BadReply for anything else."""
-    latest = _check_version(data, "telemetry").get("latest")
-    if latest is None:
-        return []
-    _need(isinstance(latest, dict) and is_number(latest.get("t"), 0), "`latest` is not a sample")
-    gpus: Any = latest.get("gpus")
-    _need(isinstance(gpus, list), "`latest.gpus` is not a list")
-    for gpu in gpus:
-        _need(isinstance(gpu, dict) and is_int(gpu.get("index"), 0, MAX_COUNT), "a GPU without an index")
-        _need(gpu.get("uuid") is None or isinstance(gpu["uuid"], str), "a GPU whose uuid is not a string")
-        for field in ("memory_used_bytes", "memory_total_bytes"):
-            _need(
-                gpu.get(field) is None or is_int(gpu[field], 0, MAX_COUNT),
-                f"a GPU whose `{field}` is not a byte count",
-            )
-    return [{**gpu, "t": latest["t"]} for gpu in gpus]
+def backed(reading: Reading, facts: set[Claim]) -> bool:
+    """Whether the server's kernels together hold, on each GPU, at most what that GPU has as
+    confirmed (a kernel's GPU is its server's GPU of that index)."""
+    have = {g["index"]: g["memory_total_bytes"] for g in _gpus(reading) if _claim(reading, g) in facts}
+    held: Counter[int] = Counter()
+    for kernel in reading.kernels.rows if reading.kernels is not None else []:
+        for row in kernel["gpu_memory"]:
+            held[row["gpu_index"]] += row["used_memory_bytes"]
+    return all(used <= (have.get(index) or 0) for index, used in held.items())
 
 
-def kernel_row(server: UserServer, kernel: dict[str, Any]) -> dict[str, Any]:
-    """One kernel as the page lists it; idle fields are None where the server did not send them."""
+def kernel_row(server: UserServer, kernel: dict[str, Any], *, confirmed: bool) -> dict[str, Any]:
+    """One kernel as the page lists it; idle fields are None where the server did not send them,
+    ``confirmed`` is ``backed`` of its server."""
     devices = (kernel.get("allocator") or {}).get("devices") or []
     memory = sum(row["used_memory_bytes"] for row in kernel["gpu_memory"])
     allocated = sum(d["allocated_bytes"] for d in devices) if devices else None
@@ -138,6 +113,7 @@ def kernel_row(server: UserServer, kernel: dict[str, Any]) -> dict[str, Any]:
         "execution_state": kernel.get("execution_state"),
         "gpus": sorted({row["gpu_index"] for row in kernel["gpu_memory"]}),
         "memory_bytes": memory,
+        "memory_confirmed": confirmed,
         "allocated_bytes": allocated,
         "reserved_bytes": reserved,
         "idle_seconds": idle,
@@ -154,8 +130,10 @@ def kernel_row(server: UserServer, kernel: dict[str, Any]) -> dict[str, Any]:
 
 
 def kernel_order(row: dict[str, Any]) -> tuple[Any, ...]:
-    """Idle holders first, biggest first; then the rest by memory held, longest idle first."""
+    """Idle holders first, biggest first; then the rest by memory held, longest idle first; the
+    kernels of servers whose memory is not confirmed after all the others."""
     return (
+        not row["memory_confirmed"],
         not row["idle_holding"],
         -row["memory_bytes"],
         -(row["idle_seconds"] if row["idle_seconds"] is not None else -1.0),
@@ -164,68 +142,101 @@ def kernel_order(row: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def gpu_rows(readings: Iterable[Reading], *, now: float) -> list[dict[str, Any]]:
-    """Each GPU once (by UUID: servers on one node see the same GPUs).
+def gpu_rows(
+    readings: Iterable[Reading], *, now: float, node: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """Each GPU once per claim made of it (by UUID: servers on one node see the same GPUs),
+    the confirmed ones first (``agreed``), each saying who reported it.
 
     Every student's server reports the node's GPUs, and any of them may lie. So where they
-    disagree the largest memory in use is shown (a student cannot make a full GPU look empty,
-    only an empty one look full, which an instructor looks into), and a sample time from the
-    future is taken as now.
+    disagree on the memory in use the largest is shown (a student cannot make a full GPU look
+    empty, only an empty one look full, which an instructor looks into), and a sample time from
+    the future is taken as now. The name is the Hub node's reading of that GPU, where it has one.
     """
+    readings = list(readings)
+    facts = agreed(readings, node)
+    names = {g["uuid"]: g.get("name") for g in node if g.get("uuid")}
 
     def used(gpu: dict[str, Any]) -> int:
         value = gpu.get("memory_used_bytes")
         return value if isinstance(value, int) else -1
 
-    chosen: dict[tuple[str, ...], tuple[dict[str, Any], set[str]]] = {}
+    chosen: dict[Claim, tuple[dict[str, Any], set[str]]] = {}
     for reading in readings:
-        for gpu in reading.gpus or []:
-            key = (
-                (gpu["uuid"],)
-                if gpu.get("uuid")
-                else (reading.server.user, reading.server.name, str(gpu["index"]))
-            )
-            seen = chosen.get(key)
+        for gpu in _gpus(reading):
+            claim = _claim(reading, gpu)
+            seen = chosen.get(claim)
             users = (seen[1] if seen else set()) | {reading.server.user}
             gpu = {**gpu, "t": min(gpu["t"], now)}
             if seen is None or (used(gpu), gpu["t"]) > (used(seen[0]), seen[0]["t"]):
-                chosen[key] = (gpu, users)
+                chosen[claim] = (gpu, users)
             else:
-                chosen[key] = (seen[0], users)
-    rows = [
-        {
-            "index": gpu["index"],
-            "uuid": gpu.get("uuid"),
-            "memory_used_bytes": gpu.get("memory_used_bytes"),
-            "memory_total_bytes": gpu.get("memory_total_bytes"),
-            "sampled_at": gpu["t"],
-            "users": sorted(users),
-            "text": {"memory": format_bytes_of(gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes"))},
-        }
-        for gpu, users in chosen.values()
-    ]
-    return sorted(rows, key=lambda r: (r["index"], r["uuid"] or ""))
+                chosen[claim] = (seen[0], users)
+    rows = []
+    for claim, (gpu, users) in chosen.items():
+        confirmed = claim in facts
+        who = ", ".join(sorted(users))
+        rows.append(
+            {
+                "index": gpu["index"],
+                "uuid": gpu["uuid"],
+                "name": names.get(gpu["uuid"]) if confirmed else None,
+                "memory_used_bytes": gpu["memory_used_bytes"],
+                "memory_total_bytes": gpu["memory_total_bytes"],
+                "sampled_at": gpu["t"],
+                "users": sorted(users),
+                "confirmed": confirmed,
+                "text": {
+                    "memory": format_bytes_of(gpu["memory_used_bytes"], gpu["memory_total_bytes"]),
+                    "seen_by": who if confirmed else f"claimed by {who} alone",
+                },
+            }
+        )
+    return sorted(rows, key=lambda r: (not r["confirmed"], r["index"], r["uuid"] or ""))
 
 
-def build(readings: list[Reading], *, now: float, timeout: float) -> dict[str, Any]:
-    """The reply of ``api/kernels`` (and what the page draws)."""
-    kernels = [kernel_row(r.server, k) for r in readings if r.kernels is not None for k in r.kernels]
-    servers = [
-        {
-            "user": r.server.user,
-            "server": r.server.name,
-            "state": r.state,
-            "reason": r.reason,
-            "kernels": len(r.kernels) if r.kernels is not None else None,
-        }
-        for r in readings
-    ]
+def _notes(reading: Reading, confirmed: bool) -> list[str]:
+    """What the page says it left out of, or doubts in, a server's reply."""
+    notes = []
+    for listed, what, done in ((reading.kernels, "kernels", "listed"), (reading.gpus, "GPUs", "read")):
+        if listed is not None and listed.sent > len(listed.rows):
+            notes.append(f"{listed.sent:,} {what}: the first {len(listed.rows)} are {done}")
+    if not confirmed:
+        notes.append(
+            "its kernels hold more GPU memory than its GPUs have, or memory on GPUs that neither "
+            "the Hub node nor another user's server confirms: listed last"
+        )
+    return notes
+
+
+def build(
+    readings: list[Reading], *, now: float, timeout: float, node: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """The reply of ``api/kernels`` (and what the page draws); ``node`` is the Hub node's own
+    reading of its GPUs, if it has any."""
+    facts = agreed(readings, node)
+    kernels: list[dict[str, Any]] = []
+    servers = []
+    for r in readings:
+        confirmed = backed(r, facts)
+        if r.kernels is not None:
+            kernels.extend(kernel_row(r.server, k, confirmed=confirmed) for k in r.kernels.rows)
+        servers.append(
+            {
+                "user": r.server.user,
+                "server": r.server.name,
+                "state": r.state,
+                "reason": None if r.reason is None else cut(r.reason, MAX_REASON),
+                "kernels": r.kernels.sent if r.kernels is not None else None,
+                "notes": _notes(r, confirmed),
+            }
+        )
     servers.sort(key=lambda s: (s["state"] == "ok", s["user"], s["server"]))
     return {
         "version": VERSION,
         "now": now,
         "timeout_seconds": timeout,
-        "gpus": gpu_rows(readings, now=now),
+        "gpus": gpu_rows(readings, now=now, node=node),
         "kernels": sorted(kernels, key=kernel_order),
         "servers": servers,
     }

@@ -1,8 +1,12 @@
 """The instructor's page in chromium against a real JupyterHub (tests/hub_support.py): signing in
 through the Hub's own login page, the students' kernels on the page, a kernel shut down with its
-button (gone from the student's server), and a student's 403."""
+button (gone from the student's server), what the page marks of a hostile student's server, and
+a student's 403."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 from browser_support import (  # noqa: F401  (fixtures are used by name)
@@ -13,7 +17,10 @@ from browser_support import (  # noqa: F401  (fixtures are used by name)
     screenshot,
     screenshots_folder,
 )
+from fake_fleet import hostile_kernels_reply, hostile_telemetry_reply, kernels_reply, telemetry_reply
 from hub_support import INSTRUCTOR, PASSWORD, RealHub
+
+from jupyter_gpu.hub import replies, view
 
 pytestmark = pytest.mark.browser
 
@@ -73,6 +80,48 @@ def test_the_instructor_sees_the_students_and_shuts_down_a_kernel(page, hub):
     # bob's kernel is untouched, on his server and on the page
     assert hub.kernels["bob"] in hub.kernel_ids("bob")
     assert page.locator(f'#kernels tr[data-kernel="{hub.kernels["bob"]}"]').is_visible()
+
+
+def hostile_view() -> dict:
+    """The service's api/kernels reply over alice's and bob's servers and mallory's, whose own code
+    answers for it (tests/fake_fleet.py: 15,000 kernels, 10,000 GPUs, GPU-0 with another total)."""
+
+    def reading(user: str, kernels: dict, telemetry: dict) -> view.Reading:
+        return view.Reading(
+            view.UserServer(user, "", f"/user/{user}/"),
+            "ok",
+            kernels=replies.check_kernels(kernels),
+            gpus=replies.check_telemetry(telemetry),
+        )
+
+    readings = [reading(user, kernels_reply(user), telemetry_reply(1.0)) for user in NOTEBOOKS]
+    hostile = json.loads(hostile_kernels_reply()), json.loads(hostile_telemetry_reply())
+    return view.build([*readings, reading("mallory", *hostile)], now=time.time(), timeout=1.5)
+
+
+def test_the_page_marks_what_a_hostile_students_server_claims(page, hub):
+    built = hostile_view()
+    page.route(
+        "**/services/jupyter-gpu/api/kernels",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(built)),
+    )
+    sign_in_and_open_the_page(page, hub, INSTRUCTOR)
+    rows = page.locator("#kernels tbody tr[data-kernel]")
+    rows.nth(len(built["kernels"]) - 1).wait_for()
+    cells = rows.evaluate_all("rows => rows.map(r => [r.cells[0].textContent, r.cells[4].textContent])")
+    real = 2 * len(NOTEBOOKS)
+    assert {user for user, _ in cells[:real]} == set(NOTEBOOKS)  # the real students on top
+    assert {user for user, _ in cells[real:]} == {"mallory"}
+    assert all(memory.endswith("(unconfirmed)") for _, memory in cells[real:])
+    seen_by = page.locator("#gpus tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.cells[3].textContent, r.cells[3].className])"
+    )
+    assert seen_by[:2] == [["alice, bob", ""]] * 2
+    assert seen_by[2:] == [["claimed by mallory alone", "flag"]] * replies.MAX_GPUS
+    mallory = page.locator('#servers tr[data-user="mallory"] td').nth(2).inner_text()
+    assert "15,000 kernels: the first 256 are listed" in mallory
+    assert "10,000 GPUs: the first 64 are read" in mallory
+    screenshot(page, "hub-hostile-student")
 
 
 def test_a_student_signing_in_gets_403(page, hub):
