@@ -4,12 +4,16 @@ A server writes ``jpserver-<pid>.json`` there (its URL and token) and its kernel
 files; the kernel agent writes its stats file beside its connection file. The directory is
 meant to be private, but often is not: ``JUPYTER_RUNTIME_DIR`` on a shared disk or under
 ``/tmp``, or a user's own code writing into it. So a file is read from it only through
-``read_own_file``, which trusts nothing that another user could have put there.
+``read_own_file``, which trusts nothing that another user could have put there. Nor can another
+user's file planted at a kernel's name in a shared sticky dir silence the kernel: ``own_path``
+moves the kernel to a private name that only the kernel's owner can compute.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -20,10 +24,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 _CONNECTION_FILE = re.compile(r"kernel-(.+)\.json")
+CONNECTION_MAX_BYTES = 64 * 1024  # a connection file is ~300 bytes
+TAKEN = "a file of another user holds this kernel's name"
 
 
 class RefusedFile(Exception):
     """A file not to be trusted; the message finishes "the file …", e.g. ``is a symlink``."""
+
+
+class NameTaken(Exception):
+    """Another user's file holds a kernel's name and the kernel has no file at its private name."""
+
+    def __init__(self) -> None:
+        super().__init__(TAKEN)
 
 
 def connection_file() -> str | None:
@@ -58,6 +71,59 @@ def beside_connection(name: Callable[[str], str], connection: str | None = None)
         return Path(connection).resolve().parent / name(kernel_id), kernel_id
     except ValueError:
         return None
+
+
+def held_by_another(path: str | os.PathLike[str]) -> bool:
+    """Whether another user's file, link or folder sits at ``path`` (in a sticky dir such as
+    /tmp the kernel can neither replace nor remove it)."""
+    try:
+        return os.lstat(path).st_uid != os.geteuid()
+    except OSError:
+        return False
+
+
+def private_name(directory: str | os.PathLike[str], kernel_id: str, name: str) -> str | None:
+    """``name`` with a tag only the kernel's owner can compute, e.g. ``jupyter_gpu-kernel-<id>.<tag>.json``.
+
+    The tag is an HMAC of the name under the key of the kernel's connection file ``kernel-<id>.json``
+    in ``directory``, which the server wrote readable by this user alone: the kernel and its server
+    find the name without telling each other, and nobody else can plant a file there in advance.
+    None when the connection file cannot be trusted or has no key.
+    """
+    try:
+        connection = json.loads(
+            read_own_file(os.path.join(directory, f"kernel-{kernel_id}.json"), CONNECTION_MAX_BYTES)
+        )
+        key = connection["key"]
+    except (OSError, RefusedFile, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(key, str) or not key:
+        return None
+    stem, suffix = os.path.splitext(name)
+    return f"{stem}.{hmac.new(key.encode(), name.encode(), hashlib.sha256).hexdigest()[:32]}{suffix}"
+
+
+def own_path(path: Path, kernel_id: str) -> Path:
+    """Where kernel ``kernel_id`` publishes its file named ``path``: there, or at its private name
+    beside it while another user's file holds ``path``. ``NameTaken`` when it has no private name.
+
+    Asked before every write, since a name can be taken at any time in a directory others can write.
+    """
+    if not held_by_another(path):
+        return path
+    private = private_name(path.parent, kernel_id, path.name)
+    if private is None:
+        raise NameTaken
+    return path.parent / private
+
+
+def published_path(directory: str | os.PathLike[str], kernel_id: str, name: str) -> str:
+    """Where the server reads kernel ``kernel_id``'s file ``name``, as ``own_path`` chose it;
+    ``NameTaken`` when another user holds the name and the kernel has no file at its private name."""
+    path = own_path(Path(directory) / name, kernel_id)
+    if path.name != name and not os.path.lexists(path):
+        raise NameTaken
+    return os.fspath(path)
 
 
 def read_own_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
@@ -144,8 +210,16 @@ def remove_own_file(path: str | os.PathLike[str], max_bytes: int) -> None:
         _unlink(os.fspath(path))
 
 
+def remove_published(path: Path, kernel_id: str, max_bytes: int) -> None:
+    """``remove_own_file`` at where ``own_path`` has kernel ``kernel_id`` publish ``path`` now."""
+    try:
+        remove_own_file(own_path(path, kernel_id), max_bytes)
+    except NameTaken:
+        pass
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # gone, or planted by another user in a sticky dir
         pass

@@ -11,6 +11,7 @@ import pytest
 
 from jupyter_gpu.analysis.fragmentation import allocator_figures, summarize_snapshot
 from jupyter_gpu.analysis.stats_file import MAX_BYTES, device_record, file_name
+from jupyter_gpu.runtime_dir import own_path
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -225,10 +226,34 @@ def test_directory(tmp_path: Path) -> None:
 
 
 def test_another_users_file(tmp_path: Path) -> None:
+    """At the kernel's name, with no file of the kernel's at its private name: refused, not "not loaded"."""
     if os.geteuid() != 0:
         pytest.skip("only root can give a file to another user")
     os.chown(_write(tmp_path, _doc()), 65534, 65534)
+    stats, reason = _read(tmp_path)
+    assert stats is None and reason == "a file of another user holds this kernel's name"
+    assert reason.state == "refused"
+
+
+def test_a_kernel_whose_name_is_taken_is_read_at_its_private_name(tmp_path: Path) -> None:
+    """Where the agent moves when another user holds its name (``runtime_dir.own_path``): a name
+    made with the key of the kernel's connection file, and there too only this user's own file."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    connection = tmp_path / f"kernel-{KID}.json"
+    connection.write_text(json.dumps({"key": "a-secret-of-the-kernel"}))
+    connection.chmod(0o600)
+    os.chown(_write(tmp_path, _doc(pid=1)), 65534, 65534)
+    private = own_path(tmp_path / file_name(KID), KID)
+    assert private.parent == tmp_path and private.name.startswith(f"jupyter_gpu-kernel-{KID}.")
+    private.write_text(json.dumps(_doc()))
+    private.chmod(0o600)
+    stats, reason = _read(tmp_path)
+    assert reason is None and stats["pid"] == 4242
+    os.chown(private, 65534, 65534)
     assert _read(tmp_path) == (None, "stats file belongs to another user")
+    connection.write_text(json.dumps({"key": "another-key"}))  # without the key, another name
+    assert own_path(tmp_path / file_name(KID), KID) != private
 
 
 def test_writable_by_others(tmp_path: Path) -> None:

@@ -114,5 +114,5 @@ async def test_planted_files_are_ignored(jp_fetch, gpu_monitor, tmp_path):
     if foreign is None:
         pytest.skip("the file of another user needs root to be made")
     assert kernels[foreign]["allocator"] is None and kernels[foreign]["allocator_state"] == "refused"
-    assert kernels[foreign]["allocator_reason"] == "stats file belongs to another user"
+    assert kernels[foreign]["allocator_reason"] == "a file of another user holds this kernel's name"
     assert allocator_series(metrics, foreign) == []

@@ -16,6 +16,7 @@ from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
 from .server import Server, find_server, get, server_from_url
 
+REASON_CHARS = 200  # a reply's reason shown in a table cell, at most
 GPU_FIELDS = (
     "index",
     "uuid",
@@ -112,7 +113,10 @@ def from_server(server: Server) -> dict[str, Any]:
                     {"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
                     for r in kernel.get("gpu_memory") or []
                 ],
-                # null: the kernel did not load jupyter_gpu, so it reports no allocator figures
+                # null: no figures from the kernel; the state and the reason say why (not loaded,
+                # or e.g. another user's file holding its name in a shared runtime dir)
+                "allocator_state": _short(kernel.get("allocator_state")),
+                "allocator_reason": _short(kernel.get("allocator_reason")),
                 "allocator": {
                     "cuda_in_use": bool(allocator.get("cuda_in_use")),
                     "devices": [
@@ -166,6 +170,11 @@ def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
         "idle": None,  # the server's thresholds for flagging idle kernels that hold GPU memory
         "notes": [],
     }
+
+
+def _short(value: Any) -> str | None:
+    """A string of the server's reply, cut to one table cell's worth."""
+    return value[:REASON_CHARS] if isinstance(value, str) else None
 
 
 def _process(
@@ -232,7 +241,10 @@ def _kernel_row(kernel: dict[str, Any]) -> list[str]:
         f"{format_bytes(r['used_memory_bytes'])} on GPU {r['gpu_index']}" for r in kernel["gpu_memory"]
     )
     report = kernel["allocator"]
-    if report is None:
+    state, reason = kernel["allocator_state"], kernel["allocator_reason"]
+    if report is None and state not in (None, "no_stats") and reason:
+        allocator = f"refused: {reason}" if state == "refused" else reason
+    elif report is None:
         allocator = "not reported (%load_ext jupyter_gpu in it)"
     elif not report["cuda_in_use"]:
         allocator = "no CUDA in use"

@@ -4,7 +4,8 @@ The shell channel is busy while a cell runs, so a daemon thread pushes instead o
 about once a second it writes ``memory_stats()`` figures per device, and every few seconds the
 figures only a snapshot gives (largest free block per pool, segment count, expandable segments),
 to ``jupyter_gpu-kernel-<kernel id>.json`` beside the kernel's connection file (the server's
-runtime dir). Writes are atomic (temp file + ``os.replace``) and mode 0600.
+runtime dir), or to its private name while another user's file holds that name
+(``runtime_dir.own_path``). Writes are atomic (temp file + ``os.replace``) and mode 0600.
 
 It never imports torch and never initialises CUDA: it reports only once the
 user's code has imported torch and CUDA is initialised; until then ``cuda_in_use`` is false.
@@ -28,7 +29,7 @@ from traitlets.config import Configurable
 
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
 from ..analysis.stats_file import MAX_BYTES, VERSION, device_record, file_name
-from ..runtime_dir import beside_connection, remove_own_file, write_own_file
+from ..runtime_dir import beside_connection, own_path, remove_published, write_own_file
 from ..torch_state import nvml_uuid, snapshot_segments, torch_in_use
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class KernelAgent(Configurable):
 
     def publish(self) -> None:
         data = json.dumps(self.figures(), separators=(",", ":")).encode()
-        write_own_file(self.path, data, abandon=self._stop.is_set)
+        write_own_file(own_path(self.path, self.kernel_id), data, abandon=self._stop.is_set)
 
     # -- thread --------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class KernelAgent(Configurable):
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        remove_own_file(self.path, MAX_BYTES)
+        remove_published(self.path, self.kernel_id, MAX_BYTES)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -1,7 +1,8 @@
 """Read a kernel agent's stats file without trusting it.
 
 Any process of the user can write into the runtime dir, and kernels die without cleaning up,
-so every file is checked: ``runtime_dir.read_own_file`` (no symlink, no FIFO, a regular file
+so every file is checked (at the kernel's private name while another user's file holds its name:
+``runtime_dir.published_path``): ``runtime_dir.read_own_file`` (no symlink, no FIFO, a regular file
 of this user that nobody else can write, at most ``MAX_BYTES``), the schema of
 ``analysis.stats_file`` (bounded numbers), the kernel id of its name, a recent timestamp and a
 live PID. A refused file yields ``None`` and a reason; this never raises and never blocks.
@@ -20,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 import psutil
 
 from ..analysis.stats_file import MAX_BYTES, file_name, validate
-from ..runtime_dir import RefusedFile, read_own_file
+from ..runtime_dir import NameTaken, RefusedFile, published_path, read_own_file
 
 # The agent writes every second; a file this old belongs to a hung or dead kernel.
 DEFAULT_MAX_AGE = 10.0
@@ -71,12 +72,14 @@ def _refused(state: AllocatorState, text: str) -> KernelStats:
     return KernelStats(None, Refusal(state, text))
 
 
-def _read(path: str) -> bytes | KernelStats:
+def _read(runtime_dir: str | os.PathLike[str], kernel_id: str, name: str) -> bytes | KernelStats:
     """The file's bytes, or the refusal to read it."""
     try:
-        return read_own_file(path, MAX_BYTES)
+        return read_own_file(published_path(runtime_dir, kernel_id, name), MAX_BYTES)
     except FileNotFoundError:
         return _refused("no_stats", "no stats file: jupyter_gpu is not loaded in this kernel")
+    except NameTaken as error:
+        return _refused("refused", str(error))
     except RefusedFile as error:
         return _refused("refused", f"stats file {error}")
 
@@ -97,7 +100,7 @@ def read_kernel_stats(
         name = file_name(kernel_id)
     except ValueError:
         return _refused("refused", "not a valid kernel id")
-    data = _read(os.path.join(os.fspath(runtime_dir), name))
+    data = _read(runtime_dir, kernel_id, name)
     if isinstance(data, KernelStats):
         return data
     try:

@@ -25,6 +25,7 @@ import { GpuModel } from './model';
 import { OnScreenRenderer } from './onScreen';
 import { viewRange, windowCut } from './series';
 import {
+  allocatorMissing,
   deviceFor,
   gpuIndexForUuid,
   holders,
@@ -496,7 +497,7 @@ function KernelRow(props: {
               </>
             ) : (
               <Prose
-                text={`No PyTorch allocator figures: ${k.allocator_reason}.`}
+                text={`No PyTorch allocator figures (${allocatorMissing(k)}).`}
               />
             )}
           </div>

@@ -126,6 +126,21 @@ export function kernelLabel(kernel: Kernel): string {
   return `${kernel.name} kernel ${kernel.id.slice(0, 8)}`;
 }
 
+/**
+ * Why a kernel has no PyTorch allocator figures, for people; null when it has
+ * them, or when jupyter_gpu is not loaded in it (the panel says how to load it).
+ * A refusal says so, e.g. when another user's file holds the kernel's name in a
+ * shared runtime dir: then loading jupyter_gpu again would not help.
+ */
+export function allocatorMissing(kernel: Kernel): string | null {
+  const state = kernel.allocator_state;
+  if (state === 'ok' || state === 'no_stats') {
+    return null;
+  }
+  const reason = kernel.allocator_reason ?? state;
+  return state === 'refused' ? `refused: ${reason}` : reason;
+}
+
 /** Total GPU memory a kernel's process tree holds, over the GPUs selected. */
 export function kernelMemory(kernel: Kernel, indices: number[] = []): number {
   let total = 0;

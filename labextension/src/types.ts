@@ -36,7 +36,7 @@ export type ClockThrottleReason =
   | 'hw_power_brake_slowdown'
   | 'display_clock_setting';
 /**
- * Whether there are PyTorch allocator figures for the kernel: 'ok'; 'no_cuda' (the agent runs, PyTorch has not initialised CUDA); 'no_stats' (no stats file: jupyter_gpu is not loaded in the kernel); 'refused' (a file not to be trusted: a symlink, another user's, writable by others, ...); 'malformed' (not the agent's format); 'stale' (too old, or its process is gone).
+ * Whether there are PyTorch allocator figures for the kernel: 'ok'; 'no_cuda' (the agent runs, PyTorch has not initialised CUDA); 'no_stats' (no stats file: jupyter_gpu is not loaded in the kernel); 'refused' (a file not to be trusted: a symlink, another user's, writable by others, ...; the reason is 'a file of another user holds this kernel's name' when another user's file sits at the kernel's name in a shared runtime dir and the kernel has no file at its private name); 'malformed' (not the agent's format); 'stale' (too old, or its process is gone).
  */
 export type AllocatorState =
   'ok' | 'no_cuda' | 'no_stats' | 'refused' | 'malformed' | 'stale';
@@ -369,7 +369,7 @@ export interface Kernel {
    */
   name: string;
   /**
-   * As jupyter_server reports it, e.g. 'idle' or 'busy'.
+   * As jupyter_server reports it, e.g. 'idle' or 'busy'; 'starting' also for a kernel listed before jupyter_server has finished starting it (`last_activity` null then).
    */
   execution_state: string | null;
   /**
@@ -518,7 +518,7 @@ export interface UnattributedProcess {
   command: string | null;
 }
 /**
- * GET {base_url}api/gpu/kernels/<kernel_id>/cells: what each executed cell of the kernel did to GPU memory, oldest first, the last 1,000 cells of the kernel's life. 404 for a kernel this server does not run.
+ * GET {base_url}api/gpu/kernels/<kernel_id>/cells[?since=<cursor>][&limit=<n>]: what each executed cell of the kernel did to GPU memory, oldest first. The server keeps the last 1,000 cells of the kernel's life and numbers them in the order it took them; a reply holds at most `limit` of them (1 to 1,000, default 1,000) and at most 2 MiB of cells (every cell of a kernel on 8 GPUs fits; at least 32 of the largest records do). Without `since`: the newest cells that fit. With `since` (the `cursor` of an earlier reply, or 0 for the oldest): the cells taken after it, oldest first; while `more` is true, ask again with `since` set to this reply's `cursor`. 400 for a `since` or `limit` that is not a whole number in range, 404 for a kernel this server does not run.
  */
 export interface CellsReply {
   /**
@@ -535,15 +535,23 @@ export interface CellsReply {
    */
   reason: string | null;
   /**
+   * Where this reply ends: the number of its last cell (with no cell: of the newest cell the server took, 0 before the first). Pass it as `since` to get only the cells taken after it.
+   */
+  cursor: number;
+  /**
+   * Cells after `cursor` were left out of this reply (by `limit` or its size): ask again with `since` set to `cursor`. Always false without `since`.
+   */
+  more: boolean;
+  /**
    * @maxItems 1000
    */
   cells: Cell[];
   /**
-   * The cells that left the most memory allocated as they ended (summed over their GPUs), largest first, at most 5. A later cell may have freed some of it: this is what each added, the best the allocator's totals tell without tracing.
+   * Of every cell the server keeps for the kernel (not only this reply's), those that left the most memory allocated as they ended (summed over their GPUs), largest first, at most 5. A later cell may have freed some of it: this is what each added, the best the allocator's totals tell without tracing.
    */
   most_left: RankedCell[];
   /**
-   * The cells with the highest exact peaks on any GPU, highest first, at most 5.
+   * Of every cell the server keeps for the kernel, those with the highest exact peaks on any GPU, highest first, at most 5.
    */
   highest_peaks: RankedCell[];
 }
@@ -573,21 +581,15 @@ export interface Cell {
    */
   end: number;
   wall_seconds: number;
-  /**
-   * A cell of `cells`, named by its `pid` and `seq`, and its figure.
-   */
-  ranked_cell?: {
-    pid: number;
-    seq: number;
-    bytes: number;
-  };
   outcome: CellOutcome;
   /**
    * Each CUDA device the kernel's allocator uses; empty for a cell run while CUDA was not initialised.
+   *
+   * @maxItems 64
    */
   gpus: CellGpu[];
   /**
-   * For a %%ddp or %%ddp_launch cell, what each rank's own allocator did in it (the ranks measure themselves; NVML figures are not read there, so process_change_bytes is null); empty for other cells.
+   * For a %%ddp or %%ddp_launch cell, what each rank's own allocator did in it (the ranks measure themselves; NVML figures are not read there, so process_change_bytes is null); empty for other cells. A cell holds at most 128 GPU entries in all, its own `gpus` and its ranks' together.
    *
    * @maxItems 64
    */
@@ -634,11 +636,13 @@ export interface RankFigures {
   rank: number;
   /**
    * Empty for a rank on the CPU.
+   *
+   * @maxItems 64
    */
   gpus: CellGpu[];
 }
 /**
- * A cell of `cells`, named by its `pid` and `seq`, and its figure.
+ * A cell the server keeps for the kernel, named by its `pid` and `seq` (in `cells` when this reply holds it), and its figure.
  */
 export interface RankedCell {
   pid: number;

@@ -75,7 +75,10 @@ def run_as_attacker(
         Path(script).write_text(code)
         os.chmod(script, 0o644)
         shell = " && ".join(
-            [*mounts, f"exec setpriv --reuid={uid} --regid={gid} --clear-groups {SYSTEM_PYTHON} {script} \"$@\""]
+            [
+                *mounts,
+                f'exec setpriv --reuid={uid} --regid={gid} --clear-groups {SYSTEM_PYTHON} {script} "$@"',
+            ]
         )
         env = {
             "PATH": "/usr/bin:/bin",

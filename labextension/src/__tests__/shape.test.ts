@@ -2,6 +2,7 @@ import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 
 import {
+  allocatorMissing,
   busiestGpu,
   gpuIndexForUuid,
   holders,
@@ -215,6 +216,26 @@ describe('who holds GPU memory', () => {
       holders(reply).kernels.map(k => k.id),
       ['figures']
     );
+  });
+
+  it('says a refusal, not "load it", when another user holds the kernel name', () => {
+    const taken = "a file of another user holds this kernel's name";
+    assert.equal(
+      allocatorMissing(
+        kernel({ allocator_state: 'refused', allocator_reason: taken })
+      ),
+      `refused: ${taken}`
+    );
+    assert.equal(
+      allocatorMissing(
+        kernel({
+          allocator_state: 'stale',
+          allocator_reason: 'stats file is stale'
+        })
+      ),
+      'stats file is stale'
+    );
+    assert.equal(allocatorMissing(kernel()), null); // the panel says %load_ext
   });
 
   it('is empty when the server has no kernel figures', () => {
