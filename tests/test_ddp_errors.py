@@ -6,7 +6,7 @@ import os
 
 from jupyter_gpu.kernel.ddp import errors
 from jupyter_gpu.kernel.ddp.errors import DDPError, capture, cell_filename, render
-from jupyter_gpu.kernel.ddp.gang import Collected, Death
+from jupyter_gpu.kernel.ddp.outcome import Collected, Death
 from jupyter_gpu.kernel.ddp.report import error_for
 
 CELL = """%%ddp_launch -n 2

@@ -22,33 +22,28 @@ reached the caller) and installs signal handlers for the whole run. Here:
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import signal
-import socket
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from . import rendezvous
 from .abort import ABORT_KEY, SECRET_ENV, abort_is_genuine, shared_secret, sign_abort
 from .channel import KernelEnd, new_key
 from .forkserver import use_forkserver
+from .outcome import Collected, Death
 from .output import LogPump, tail
 from .protocol import Command, Reply
 from .store_host import StoreHost
+from .torch_env import kept_signal_handlers, loopback_interface, quiet_torch_logs
 
 SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
-_HANDLED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
-_NOISY_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
-# Store requests of the kernel (multi-node: the abort key) time out after this long.
-STORE_TIMEOUT_S = 5.0
 # How long the kernel waits on the channel before it looks at the processes again.
 POLL_S = 0.05
 
@@ -67,90 +62,6 @@ class WorkerOptions:
     start_method: str = "forkserver"
     device: str = "auto"  # "cpu": the ranks see no GPU (gloo on the CPU on a GPU machine)
     fsdp: bool = False
-
-
-def loopback_interface() -> str:
-    """The network interface that holds 127.0.0.1 (``lo`` almost everywhere), for gloo and NCCL."""
-    import psutil
-
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
-            return name
-    return "lo"
-
-
-@contextlib.contextmanager
-def quiet_torch_logs() -> Iterator[None]:
-    """Silence elastic's own log lines (it logs every failure and teardown; we report them)."""
-    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith(_NOISY_LOGGERS)]
-    loggers = [logging.getLogger(n) for n in names]
-    saved = [lg.disabled for lg in loggers]
-    for lg in loggers:
-        lg.disabled = True
-    try:
-        yield
-    finally:
-        for lg, was in zip(loggers, saved):
-            lg.disabled = was
-
-
-@contextlib.contextmanager
-def kept_signal_handlers() -> Iterator[None]:
-    """``PContext.start`` installs handlers that raise ``SignalException``; keep the kernel's."""
-    if sys.platform == "win32":
-        yield
-        return
-    sigs = [getattr(signal, s) for s in _HANDLED_SIGNALS]
-    saved = [signal.getsignal(s) for s in sigs]
-    try:
-        yield
-    finally:
-        for sig, handler in zip(sigs, saved):
-            if handler is not None:
-                signal.signal(sig, handler)
-
-
-@dataclass
-class Death:
-    """A rank process that ended without reporting back (signal, exit, crash)."""
-
-    rank: int
-    pid: int
-    exitcode: int
-    signal_name: str | None
-    message: str  # the traceback in elastic's error file: the rank raised before it ended
-    stderr_tail: list[str]
-
-    @property
-    def ending(self) -> str:
-        """How the process ended: 'exited with code 1', 'was killed by SIGKILL (out of memory?)'."""
-        if self.signal_name:
-            hint = " (out of memory?)" if self.signal_name == "SIGKILL" else ""
-            return f"was killed by {self.signal_name}{hint}"
-        return f"exited with code {self.exitcode}"
-
-    @property
-    def exception(self) -> str | None:
-        """The last line of the traceback it raised ('RuntimeError: script failed'), if any."""
-        lines = [line for line in self.message.splitlines() if line.strip()]
-        return lines[-1].strip() if lines else None
-
-    def describe(self) -> str:
-        return f"rank {self.rank} (pid {self.pid}) {self.ending}"
-
-
-@dataclass
-class Collected:
-    """What came back for one command, and why collecting stopped."""
-
-    replies: dict[int, Reply] = field(default_factory=dict)
-    death: Death | None = None
-    aborted: bool = False  # another node's kernel gave up on the run
-    expired: bool = False  # the deadline passed first
-    lost: list[int] = field(default_factory=list)  # alive, but their channel closed
-
-    def failures(self) -> list[Reply]:
-        return [r for r in self.replies.values() if not r.ok]
 
 
 class Gang:
@@ -226,7 +137,7 @@ class Gang:
                     "TORCHELASTIC_USE_AGENT_STORE": "True",
                 }
         else:
-            node_rank, nodes, store_env = self._rendezvous()
+            self._handler, self._tcp, node_rank, nodes, store_env = rendezvous.join(self.options)
         self.ranks = [node_rank * n + i for i in range(n)]
         self.world_size = nodes * n
         if self.commands:
@@ -252,44 +163,6 @@ class Gang:
             {self.ranks[i]: (self._pcontext.stdouts[i], self._pcontext.stderrs[i]) for i in range(n)}
         )
         self.pump.start()
-
-    def _rendezvous(self) -> tuple[int, int, dict[str, str]]:
-        """torch's rendezvous at the user's endpoint: (node rank, nodes, env); keeps the store."""
-        import torch.distributed as dist
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
-
-        opts = self.options
-        if opts.node_rank is not None:
-            params = RendezvousParameters(
-                "static",
-                opts.rdzv_endpoint or "",
-                "jupyter_gpu",
-                opts.nnodes,
-                opts.nnodes,
-                rank=opts.node_rank,
-            )
-        else:
-            params = RendezvousParameters(
-                "c10d", opts.rdzv_endpoint or "", "jupyter_gpu", opts.nnodes, opts.nnodes
-            )
-        with quiet_torch_logs():
-            self._handler = get_rendezvous_handler(params)
-            info = self._handler.next_rendezvous()
-        boot = info.bootstrap_store_info
-        self._tcp = dist.TCPStore(
-            boot.master_addr,
-            boot.master_port,
-            is_master=False,
-            timeout=timedelta(seconds=STORE_TIMEOUT_S),
-        )
-        env = {
-            "MASTER_ADDR": boot.master_addr,
-            "MASTER_PORT": str(boot.master_port),
-            "TORCHELASTIC_RUN_ID": self._handler.get_run_id(),
-            "TORCHELASTIC_USE_AGENT_STORE": str(self._handler.use_agent_store),
-        }
-        return info.rank, info.world_size, env
 
     def _env(self, local_rank: int, group: dict[str, str]) -> dict[str, str]:
         opts = self.options

@@ -14,7 +14,8 @@ from IPython.core.error import UsageError
 from . import report
 from .args import CellOptions
 from .errors import DDPError
-from .gang import Collected, Gang, WorkerOptions
+from .gang import Gang, WorkerOptions
+from .outcome import Collected
 from .output import CellStreams
 from .protocol import Command, Reply, WorkerConfig
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from ...analysis.units import format_bytes
 from .errors import DDPError, DDPInterrupted, render
-from .gang import Collected
+from .outcome import Collected
 from .protocol import Reply
 
 

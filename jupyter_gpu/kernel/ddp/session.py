@@ -21,8 +21,9 @@ from ...analysis.units import format_bytes
 from . import checkpoint_files, report
 from .args import CellOptions
 from .errors import DDPError, DDPInterrupted
-from .gang import Collected, Gang, WorkerOptions
+from .gang import Gang, WorkerOptions
 from .launch import cell_gang, check_syntax, rank_figures
+from .outcome import Collected
 from .output import CellStreams
 from .protocol import Command, Reply
 
