@@ -194,6 +194,7 @@ async def test_free_cache_refuses_what_it_cannot_do_with_a_message(jp_fetch, gpu
     kernel_id = await start_notebook_kernel(jp_fetch, "plain.ipynb")
     code, message = await refused(jp_fetch, "api", "gpu", "kernels", kernel_id, "free-cache")
     assert code == 409 and "jupyter_gpu is not loaded in this kernel" in message
+    assert "run `%load_ext jupyter_gpu` in the notebook" in message  # as typed: not %%load_ext
 
     code, message = await refused(jp_fetch, "api", "gpu", "kernels", "no-such-kernel", "free-cache")
     assert (code, message) == (404, "No kernel with id 'no-such-kernel' on this server.")

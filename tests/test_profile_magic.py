@@ -19,6 +19,7 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402
 from kernel_client import run  # noqa: E402
+from support.usage_error import one_usage_error  # noqa: E402
 
 from jupyter_gpu.analysis.profile import CELL_MARK, analyse  # noqa: E402
 from jupyter_gpu.kernel import profile_magic  # noqa: E402
@@ -52,6 +53,56 @@ def test_bad_options_are_one_usage_error_and_the_cell_does_not_run(ip, line, mes
     with pytest.raises(UsageError, match=message):
         ip.run_cell_magic("gpu_profile", line, "profiled_cell_ran = True")
     assert "profiled_cell_ran" not in ip.user_ns
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--trace nonexistent/..", "--trace 'nonexistent/..' names no file"),
+        ("--trace " + "x" * 300 + ".json", "File name too long"),
+        ('--trace "$newline_name"', r"holds the control character '\n'"),  # a name made in code
+        ("--trace 'a\x00b.json'", r"holds the control character '\x00'"),
+        ("--trace ''", "give one path"),
+    ],
+)
+def test_a_trace_path_no_file_can_have_is_one_line_and_the_cell_does_not_run(ip, capsys, line, message):
+    ip.user_ns["newline_name"] = "a\nb.json"
+    said = one_usage_error(ip, capsys, f"%%gpu_profile {line}\nprofiled_cell_ran = True")
+    assert message in said and len(said) < 200
+    assert "profiled_cell_ran" not in ip.user_ns
+
+
+def test_a_pipe_at_the_trace_path_is_refused_not_replaced(ip, capsys, tmp_path):
+    """As a device would be (/dev/null, which root's rename would replace): a pipe of our own
+    stands in for it, so that a regression cannot harm the machine."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    said = one_usage_error(ip, capsys, f"%%gpu_profile --trace {pipe}\nprofiled_cell_ran = True")
+    assert said == f"--trace '{pipe}' is not a file: give a file or a folder"
+    assert pipe.is_fifo() and "profiled_cell_ran" not in ip.user_ns
+
+
+def test_a_trace_in_a_folder_that_is_not_there_is_refused_before_the_cell_runs(ip, capsys, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    for missing in (tmp_path / "nowhere", tmp_path / "a-file"):
+        said = one_usage_error(
+            ip, capsys, f"%%gpu_profile --trace {missing}/t.json\nprofiled_cell_ran = True"
+        )
+        assert said == f"--trace '{missing}/t.json': there is no folder '{missing}'"
+    assert "profiled_cell_ran" not in ip.user_ns
+
+
+def test_a_quoted_trace_path_names_the_file_without_its_quotes(ip, capsys, tmp_path):
+    longest = "y" * 250 + ".json"  # 255 bytes, the most a name may have
+    for line in (
+        f"--trace '{tmp_path}/a b.json'",
+        f'--trace "{tmp_path}/it\'s.json"',
+        f"--trace {tmp_path}/{longest}",
+    ):
+        ip.run_cell(f"%%gpu_profile {line}\nquoted_cell = 1")
+        assert "trace saved to" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["a b.json", "it's.json", longest])
+    assert isinstance(json.loads((tmp_path / "a b.json").read_text())["traceEvents"], list)
 
 
 def test_undo_removes_the_magic():
@@ -165,14 +216,13 @@ def test_a_symlink_planted_at_the_trace_name_is_replaced_not_written_through(tmp
         shutil.rmtree(folder)
 
 
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs /sys, a folder nobody may write to")
 def test_an_unwritable_trace_path_is_a_clear_error_and_the_profile_is_still_shown(notebook):
-    client, folder = notebook
-    blocked = folder / "not-a-folder"
-    blocked.write_text("a file")
-    cell = run(client, f"%%gpu_profile --trace {blocked}/t.json\nw = torch.zeros(4) + 1")
+    client, _ = notebook
+    cell = run(client, "%%gpu_profile --trace /sys/jupyter-gpu-t.json\nw = torch.zeros(4) + 1")
     assert cell.ok
     text, _ = shown(cell.messages)
-    assert f"could not save the trace: {blocked}/t.json: Not a directory" in text
+    assert "could not save the trace: /sys/jupyter-gpu-t.json: Permission denied" in text
     assert "aten::add" in text
 
 

@@ -22,6 +22,7 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..analysis.units import format_bytes_change
+from ..doctor import no_gpu_reason
 from .cellexec import run_source
 from .extension import ShellMagics, unregister_magics
 from .magic_args import parse as parse_args
@@ -78,8 +79,9 @@ def resolve(device: str, dtype: str, tf32: str | None) -> AmpSettings:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device == "cuda" and not torch.cuda.is_available():
+        why = no_gpu_reason() or "CUDA is not available in this kernel"
         raise UsageError(
-            "--device cuda: CUDA is not available in this kernel (run %gpu_doctor to see why). "
+            f"--device cuda: {why} (%gpu_doctor says how to fix it). "
             "Valid here: --device cpu or --device auto."
         )
     if dtype == "auto":

@@ -28,6 +28,7 @@ from ..analysis.profile import CELL_MARK, Facts, Profile, analyse
 from .cellexec import run_source
 from .extension import ShellMagics, cell_number, unregister_magics
 from .magic_args import parse as parse_args
+from .magic_args import quoted_path, shown
 
 MAX_TOP = 1000
 
@@ -45,6 +46,29 @@ def default_trace_path(ipython: InteractiveShell) -> Path:
     return folder / f"{stem}-In{cell_number(ipython)}.pt.trace.json"
 
 
+def trace_target(ipython: InteractiveShell, text: str | None) -> Path:
+    """Where the trace goes, checked before the cell runs: a path that can name no file is one
+    UsageError now rather than a traceback after the cell's work. Without ``--trace``, a file in
+    the notebook's folder (which others may write to: a link planted there is never followed)."""
+    if text is None:
+        return default_trace_path(ipython)
+    try:
+        target = Path(text).expanduser()
+        if target.is_dir():  # a folder the user named (a link to one of theirs included)
+            target = target / default_trace_path(ipython).name
+        folder_exists = target.parent.is_dir()
+        special = target.exists() and not (target.is_file() or target.is_symlink())
+    except (OSError, RuntimeError) as exc:  # a name too long, a folder not ours; ~nobody
+        raise UsageError(f"--trace {shown(text)}: {getattr(exc, 'strerror', None) or exc}") from None
+    if target.name in ("", ".", ".."):
+        raise UsageError(f"--trace {shown(text)} names no file (and is no folder)")
+    if not folder_exists:
+        raise UsageError(f"--trace {shown(text)}: there is no folder {shown(str(target.parent))}")
+    if special:  # the rename would replace a device or a pipe (/dev/null, for root)
+        raise UsageError(f"--trace {shown(text)} is not a file: give a file or a folder")
+    return target
+
+
 def _facts(torch: Any) -> Facts:
     return Facts(
         tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
@@ -59,6 +83,7 @@ class ProfileMagics(ShellMagics):
     @argument(
         "--trace",
         metavar="PATH",
+        type=quoted_path,
         default=None,
         help="where to save the Chrome/Perfetto trace (a file, or a folder for the default name); "
         "default: next to the notebook, NOTEBOOK-In<n>.pt.trace.json",
@@ -93,12 +118,7 @@ class ProfileMagics(ShellMagics):
             raise UsageError(f"--top must be between 1 and {MAX_TOP}.")
         if args.sort == "memory" and not args.memory:
             raise UsageError("--sort memory needs --memory (allocations are recorded only then).")
-        if args.trace:
-            target = Path(args.trace).expanduser()
-            if target.is_dir():  # a folder the user named (a link to one of theirs included)
-                target = target / default_trace_path(self.ipython).name
-        else:  # a file name in the notebook's folder, which others may write to: never followed
-            target = default_trace_path(self.ipython)
+        target = trace_target(self.ipython, args.trace)
         # kineto prints its start and stop to the process's stderr, which lands in the cell.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         import torch
@@ -127,7 +147,7 @@ class ProfileMagics(ShellMagics):
 def _result(profiler: Any, facts: Facts, args: Any, target: Path, wall_us: float | None) -> Profile:
     """Export the trace, read it back, and move it to ``target`` (a failure there is reported)."""
     with tempfile.TemporaryDirectory(prefix="jupyter-gpu-profile-") as folder:
-        exported = Path(folder) / target.name
+        exported = Path(folder) / "trace.json"  # torch gzips a name ending in .gz
         profiler.export_chrome_trace(str(exported))
         with exported.open() as file:
             trace = json.load(file)
@@ -146,7 +166,8 @@ def _place(exported: Path, target: Path) -> None:
     folder may be shared): a new file of our own beside it, then a rename, which replaces a
     symlink at ``target`` instead of following it. (``shutil.move`` across filesystems opens the
     destination, and so writes through a link into whatever file it names.)"""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    # A prefix of its own: ".<name>." would push a name near the 255-byte limit past it.
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".jupyter-gpu-trace.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out, exported.open("rb") as src:
             shutil.copyfileobj(src, out)

@@ -14,8 +14,11 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from ..analysis.bounded import MAX_COUNT
+from ..analysis.cells import MAX_CELLS
 from ..analysis.idle import IDLE_STATES
 from .actions import ActionRefused, free_cache
+from .kernels import kernel_model
 from .telemetry import devices_payload, telemetry_json
 
 AUTH_RESOURCE = "gpu"
@@ -44,6 +47,17 @@ class GPUHandler(APIHandler):
         if unknown:
             allowed = ", ".join(sorted(allowed_params))
             raise web.HTTPError(400, f"Unknown query parameter(s): {', '.join(unknown)}. Allowed: {allowed}.")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """jupyter_server's JSON error, with the message as written: it sends an HTTPError's
+        ``log_message``, a format string in which tornado doubles every ``%``, so "run
+        `%load_ext jupyter_gpu`" reached the user as ``%%load_ext``."""
+        error = (kwargs.get("exc_info") or (None, None, None))[1]
+        if not isinstance(error, web.HTTPError) or not error.log_message:
+            super().write_error(status_code, **kwargs)
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": error.log_message % error.args, "reason": error.reason}))
 
     def send(self, payload: dict[str, Any] | str) -> None:
         self.set_header("Cache-Control", "no-store")
@@ -122,14 +136,29 @@ class KernelsHandler(GPUHandler):
 
 
 class CellsHandler(GPUHandler):
+    """A page of a kernel's cells: ``since`` (the ``cursor`` of an earlier reply) and ``limit``."""
+
+    allowed_params = frozenset({"since", "limit"})
+
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
         self.check_params()
-        payload = await self.monitor.kernels.cells(kernel_id)
-        if payload is None:
+        since = self._count("since", 0, MAX_COUNT, "the `cursor` of an earlier cells reply")
+        limit = self._count("limit", 1, MAX_CELLS, f"a number of cells from 1 to {MAX_CELLS}")
+        body = await self.monitor.kernels.cells(kernel_id, since, MAX_CELLS if limit is None else limit)
+        if body is None:
             raise web.HTTPError(404, f"No kernel with id {kernel_id[:80]!r} on this server.")
-        await self.send_large(json.dumps(payload))
+        await self.send_large(body)
+
+    def _count(self, name: str, low: int, high: int, what: str) -> int | None:
+        raw = self.get_query_argument(name, None)
+        if raw is None:
+            return None
+        # ASCII digits, and few of them: int() takes Unicode digits, and 4,300 digits are slow
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 16 and low <= int(raw) <= high):
+            raise web.HTTPError(400, f"`{name}` must be {what}; got {raw[:40]!r}.")
+        return int(raw)
 
 
 class FreeCacheHandler(GPUHandler):
@@ -142,9 +171,10 @@ class FreeCacheHandler(GPUHandler):
     async def post(self, kernel_id: str) -> None:
         self.check_params()
         manager = self.monitor.serverapp.kernel_manager
-        if kernel_id not in manager:
+        model = await kernel_model(manager, kernel_id)
+        if model is None:
             raise web.HTTPError(*self._not_a_kernel(kernel_id))
-        state = manager.kernel_model(kernel_id)["execution_state"]
+        state = model["execution_state"]
         if state not in IDLE_STATES:
             raise web.HTTPError(
                 409, f"The kernel is {state}; its cache can be freed only while it is idle (between cells)."

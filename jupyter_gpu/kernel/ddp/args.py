@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
+from ...doctor import no_gpu_reason
 from ...nvml.visible import visible_gpus
 from .. import magic_args
-from .channel import SECRET_ENV, shared_secret
+from .abort import SECRET_ENV, shared_secret
 from .gang import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,7 +109,11 @@ cell_arguments = _bundle(
 )
 
 checkpoint_arguments = _bundle(
-    argument("path", help="the checkpoint's folder (DCP writes one file per rank and .metadata)"),
+    argument(
+        "path",
+        type=magic_args.path_text,
+        help="the checkpoint's folder (DCP writes one file per rank and .metadata)",
+    ),
     argument("--model", required=True, help="name of the model in the ranks' namespace"),
     argument("--optimizer", default="", help="name of its optimizer in the ranks' namespace"),
 )
@@ -181,6 +186,8 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
             "environment of every node's kernel, which signs the commands and replies that cross "
             "the network; make one with: python -c 'import secrets; print(secrets.token_hex(32))'"
         )
+    if ns.device == "cuda":
+        _gpu_usable("--device cuda")
     device = rank_device(ns.device, ns.backend, nproc, len(gpus) if gpus is not None else visible_gpus())
     return WorkerOptions(
         nproc=nproc,
@@ -194,6 +201,14 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         device=device,
         fsdp=ns.fsdp,
     )
+
+
+def _gpu_usable(option: str) -> None:
+    """``option`` asks for GPUs: without one, the doctor's reason now, not ranks that quietly
+    compute on the CPU. Torch is asked (and its doctor run) only when the driver shows none."""
+    reason = no_gpu_reason() if visible_gpus() == 0 else None
+    if reason is not None:
+        raise UsageError(f"{option}: {reason} (%gpu_doctor says how to fix it; --device cpu runs on the CPU)")
 
 
 def rank_device(device: str, backend: str, nproc: int, gpus_here: int) -> str:

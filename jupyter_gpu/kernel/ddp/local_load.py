@@ -12,6 +12,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ...analysis.units import format_bytes
+from ...doctor import no_gpu_reason
 from .checkpoint_files import resolve, trusted
 
 _DEVICE = re.compile(r"cpu|cuda(:\d{1,2})?")
@@ -40,6 +41,10 @@ def load_into_kernel(
     """Fill the kernel's model ``model_name`` from the checkpoint, or return its whole state dict."""
     if not _DEVICE.fullmatch(device):
         raise UsageError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if device != "cpu":  # asked before the checkpoint is read: no GPU is said at once, with why
+        reason = no_gpu_reason()
+        if reason is not None:
+            raise UsageError(f"--device {device}: {reason} (%gpu_doctor says how to fix it)")
     path = trusted(resolve(path_text))
     import torch
 
@@ -51,8 +56,6 @@ def load_into_kernel(
         if not isinstance(model, torch.nn.Module):
             what = "is not defined" if model_name not in user_ns else f"is a {type(model).__name__}"
             raise UsageError(f"--model {model_name}: {what}, not a torch.nn.Module in this kernel")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: this kernel sees no GPU (%gpu_doctor says why)")
     try:
         needed = stored_model_bytes(path) if model is None else _meta_bytes(model)
         free = free_bytes(device) if needed else 0
