@@ -1,14 +1,19 @@
 """The DDP channel with NCCL on one GPU (run on the GPU machine): works after the kernel used
-CUDA, listens on loopback only (NCCL's bootstrap included) and runs nothing a stranger plants."""
+CUDA, listens on loopback only (NCCL's bootstrap included) and keeps its channel private."""
 
 from __future__ import annotations
 
+import os
+import stat
 import textwrap
 from pathlib import Path
 
 import pytest
 from _ddp_kernel import Kernel, cuda_devices, gpu_kernel, no_ranks_left  # noqa: F401 - gpu_kernel is a fixture
-from test_ddp_security import LOOPBACK, Payload, attacker_store, listeners, plant, store_port
+from support.processes import listeners
+
+LOOPBACK = ("127.0.0.1", "::1")
+CHANNEL_PATH = "print(get_ipython().magics_manager.registry['DDPMagics'].session.gang.channel.path)"
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cuda_devices() < 1, reason="needs a CUDA GPU")]
 
@@ -29,9 +34,7 @@ def test_nccl_launch_returns_the_rank_result(gpu_kernel: Kernel) -> None:
     assert values.strip() == "cpu [2.0, 2.0, 2.0, 2.0]"
 
 
-def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(
-    gpu_kernel: Kernel, tmp_path: Path
-) -> None:
+def test_an_nccl_session_listens_on_loopback_and_keeps_its_channel_private(gpu_kernel: Kernel) -> None:
     assert gpu_kernel.run("%ddp_start -n 1").error is None
     try:
         cell = gpu_kernel.run(
@@ -43,12 +46,11 @@ def test_an_nccl_session_listens_on_loopback_and_runs_nothing_planted(
         everything = listeners(gpu_kernel.pid)
         assert everything and all(ip in LOOPBACK for ip, _ in everything), everything
 
-        marker = tmp_path / "ran"
-        plant(attacker_store(store_port(gpu_kernel)), Payload(marker), range(1, 8))
+        folder = os.path.dirname(gpu_kernel.run(CHANNEL_PATH).stdout.strip())
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and os.stat(folder).st_uid == os.getuid()
         cell = gpu_kernel.run("%%ddp --return n\nn = torch.cuda.memory_allocated(device) >= 0\n", timeout=60)
         assert cell.error is None, cell.traceback
         assert gpu_kernel.run("print(_ddp)").stdout.strip() == "{0: True}"
-        assert not marker.exists()
     finally:
         gpu_kernel.run("%ddp_stop")
     assert no_ranks_left(gpu_kernel.pid)

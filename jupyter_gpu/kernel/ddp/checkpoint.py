@@ -10,11 +10,17 @@ compared with the model's, so the error names the mismatch instead of failing in
 The state is ``{"model": ..., "optimizer": ...}`` as ``torch.distributed.checkpoint.state_dict``
 makes it: the names of the unwrapped model (no ``module.`` of DDP, no FSDP wrappers), so the
 same checkpoint loads into DDP, FSDP2 and a plain model alike.
+
+Our own agreement between the ranks is a tensor ``all_reduce``: nothing a peer sends is
+unpickled by this module. DCP's planning does exchange pickles (``_DistWrapper`` in
+``torch/distributed/checkpoint/utils.py``); the README's threat table says what that leaves.
 """
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +29,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 MAX_LISTED = 3  # mismatches named in one error
+MAX_CHAIN = 8  # causes followed down from an error
+_NO_ROOM = {  # what a save that ran out of room says, by errno
+    errno.ENOSPC: "the disk holding {} is full",
+    errno.EDQUOT: "your quota on the disk holding {} is used up",
+}
 
 
 class Problem(Exception):
@@ -57,13 +68,35 @@ def prepared(step: Callable[[], T]) -> T:
     return value
 
 
+def _failures(exc: BaseException) -> list[BaseException]:
+    """Each rank's own error under DCP's ``CheckpointException`` (``exc`` itself for others)."""
+    failures = getattr(exc, "failures", None)
+    if not isinstance(failures, Mapping) or not failures:
+        return [exc]
+    inner = [
+        f[0] for f in failures.values() if isinstance(f, tuple) and f and isinstance(f[0], BaseException)
+    ]
+    return inner or [exc]
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The ``OSError`` under an error, if there is one: a write that fails for a full disk
+    surfaces as torch's ``RuntimeError('... unexpected pos ...')`` raised while handling it."""
+    seen: BaseException | None = exc
+    for _ in range(MAX_CHAIN):
+        if seen is None or isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def one_line(exc: BaseException) -> str:
     """An error of DCP or torch as one line: DCP wraps each rank's failure in a
-    ``CheckpointException`` whose text is a traceback, so the first rank's own error is taken."""
-    failures = getattr(exc, "failures", None)
-    if isinstance(failures, Mapping) and failures:
-        inner = next(iter(failures.values()))
-        exc = inner[0] if isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException) else exc
+    ``CheckpointException`` whose text is a traceback, so the first rank's own error is taken
+    (the operating system's error under torch's ``RuntimeError`` of a failed write)."""
+    exc = _failures(exc)[0]
+    if isinstance(exc, RuntimeError):
+        exc = _os_error(exc) or exc
     text = (str(exc).strip().splitlines() or [""])[0]
     text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
@@ -196,8 +229,46 @@ def save(
         return state
 
     state = prepared(check)
-    dcp.save(state, checkpoint_id=path)
+    free = _free(Path(path).parent)
+    try:
+        dcp.save(state, checkpoint_id=path)
+    except dcp.CheckpointException as exc:  # a BaseException: the rank's handlers would miss it
+        kept = f"the previous checkpoint at {replaces} is intact" if replaces else "nothing was written"
+        raise Problem(f"{_why_not_saved(exc, path, free)}; {kept}") from None
     return {"tensors": len(shapes(state)), "bytes": _bytes(state)}
+
+
+def _free(folder: Path) -> int | None:
+    """Bytes an unprivileged user may still write where ``folder`` is, if the system says."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _mount_of(folder: Path) -> Path:
+    """The top of the file system ``folder`` is on (where a user looks for what fills it)."""
+    try:
+        device = os.stat(folder).st_dev
+        while folder.parent != folder and os.stat(folder.parent).st_dev == device:
+            folder = folder.parent
+    except OSError:
+        pass
+    return folder
+
+
+def _why_not_saved(exc: BaseException, path: str, free: int | None) -> str:
+    """A failed ``dcp.save`` in one line; a full disk (or quota) says which, and what was free."""
+    from ...analysis.units import format_bytes
+
+    for failure in _failures(exc):
+        error = _os_error(failure)
+        if error is not None and error.errno in _NO_ROOM:
+            had = f"; {format_bytes(free)} were free when the save began" if free is not None else ""
+            where = _NO_ROOM[error.errno].format(_mount_of(Path(path).parent))
+            return f"{where} ({error.strerror}{had})"
+    return f"the checkpoint could not be written: {one_line(exc)}"
 
 
 def load(namespace: Mapping[str, Any], model_name: str, optimizer_name: str, path: str) -> dict[str, Any]:
@@ -213,7 +284,10 @@ def load(namespace: Mapping[str, Any], model_name: str, optimizer_name: str, pat
         return model, optimizer, state
 
     model, optimizer, state = prepared(check)
-    dcp.load(state, checkpoint_id=path)
+    try:
+        dcp.load(state, checkpoint_id=path)
+    except dcp.CheckpointException as exc:  # a BaseException: the rank's handlers would miss it
+        raise Problem(f"cannot load {path}: {one_line(exc)}") from None
     if optimizer is None:
         set_model_state_dict(model, state["model"])
     else:
@@ -267,7 +341,10 @@ def load_local(path: str | Path, model: Any, device: str) -> dict[str, Any]:
             raise Problem(f"{path} holds no model state")
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+        try:
+            dcp.load(state, checkpoint_id=str(path), no_dist=True)
+        except dcp.CheckpointException as exc:  # a BaseException: a kernel's handlers would miss it
+            raise Problem(f"cannot load {path}: {one_line(exc)}") from None
     if model is not None:
         model.load_state_dict(state["model"])
     return state["model"]

@@ -14,24 +14,31 @@ A save writes into a fresh folder beside the target (``mkdtemp``: a random name 
 only the user may change) and renames it into place once every rank has written. An older
 checkpoint of the same model is replaced in a second rename, undone if that one fails.
 Anything else at the target is refused. Every refusal is a ``UsageError``: the cell shows
-one line and nothing was written.
+one line and nothing was written. The save holds an ``flock`` on its folder, so the next save
+of the same checkpoint can tell a folder left by a killed kernel (removed, if it is the user's
+own real folder) from one a save in another kernel is still writing (left alone).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import secrets
 import shlex
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from IPython.core.error import UsageError
 
 METADATA = ".metadata"  # DCP writes it last, on rank 0: a folder with it is a checkpoint
 NOT_WRITABLE_BY_OTHERS = 0o022
+PARTIAL = ".{}.partial-"  # the prefix of a save's folder beside its target
+_RANDOM_TAIL = re.compile(r"[a-z0-9_]{8}")  # what mkdtemp appends to it
+MAX_STALE = 16  # folders of unfinished saves removed by one save
 
 
 def resolve(text: str) -> Path:
@@ -116,15 +123,28 @@ def trusted(path: Path) -> Path:
 
 @dataclass
 class PendingSave:
-    """A save under way: ``folder`` is where the ranks write; ``replaces`` the older checkpoint
-    of the same model that ``commit`` puts aside, if there is one."""
+    """A save under way: ``folder`` is where the ranks write, locked by ``lock`` (a descriptor,
+    -1 where the file system has no locks); ``replaces`` the older checkpoint of the same model
+    that ``commit`` puts aside, if there is one; ``cleared`` the folders of unfinished saves of
+    the target that were removed first."""
 
     target: Path
     folder: Path
     replaces: Path | None
+    lock: int = -1
+    cleared: list[str] = field(default_factory=list)
 
     def commit(self) -> str:
-        """Move the complete checkpoint into place; a note when the replaced one stayed behind."""
+        """Move the complete checkpoint into place; notes on what was cleared or stayed behind."""
+        try:
+            left = self._move()
+        finally:
+            self._unlock()
+        if self.cleared:
+            left = f"; removed {', '.join(self.cleared)}, left by a save that never finished" + left
+        return left
+
+    def _move(self) -> str:
         try:
             self._share()
             if self.replaces is None:
@@ -158,6 +178,60 @@ class PendingSave:
 
     def discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self.lock >= 0:
+            os.close(self.lock)  # releases the flock
+            self.lock = -1
+
+
+def _locked(folder: Path) -> int:
+    """A descriptor holding an exclusive ``flock`` on ``folder``; -1 if it cannot be had (held
+    by a running save, or a file system without locks)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _clear_unfinished(target: Path) -> list[str]:
+    """Remove the folders that saves of ``target`` left when their kernel was killed before the
+    rename: only real folders (never a link) of this user, with the name a save gives them, and
+    not locked by a save still running. Their names, as removed."""
+    prefix = PARTIAL.format(target.name)
+    found: list[str] = []
+    try:
+        with os.scandir(target.parent) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix) and _RANDOM_TAIL.fullmatch(entry.name[len(prefix) :]):
+                    found.append(entry.name)
+                    if len(found) == MAX_STALE:
+                        break
+    except OSError:
+        return []
+    removed = []
+    for name in found:
+        path = target.parent / name
+        fd = _locked(path)  # opened without following a link
+        if fd < 0:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.getuid():
+                continue
+            # the folder above is the user's (safe_folder), so nobody else can swap this name now
+            shutil.rmtree(path, ignore_errors=True)  # never follows links inside
+            if not os.path.lexists(path):
+                removed.append(name)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def begin_save(target: Path) -> PendingSave:
@@ -176,11 +250,12 @@ def begin_save(target: Path) -> PendingSave:
             raise UsageError(
                 f"{target} is a folder that holds no checkpoint (no {METADATA}); nothing was written"
             )
+    cleared = _clear_unfinished(target)  # before mkdtemp: a full disk gets their room back
     try:
-        folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=parent))
+        folder = Path(tempfile.mkdtemp(prefix=PARTIAL.format(target.name), dir=parent))
     except OSError as exc:
         raise UsageError(f"cannot save to {target}: {exc.strerror or exc}") from None
-    return PendingSave(target, folder, replaces)
+    return PendingSave(target, folder, replaces, _locked(folder), cleared)
 
 
 def size(path: Path) -> tuple[int, int]:
