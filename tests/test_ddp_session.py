@@ -130,6 +130,28 @@ def test_a_cell_that_ignores_the_interrupt_still_returns_at_its_timeout(session:
     assert session.run("%ddp_restart").error is None
 
 
+def test_a_rank_whose_channel_is_cut_ends_the_cell_at_once_with_its_name(session: Kernel) -> None:
+    """No reply can go missing silently: a rank whose end of the channel closes (here its own
+    cell closes it) is named within seconds, not waited for as if blocked in a collective."""
+    started = time.monotonic()
+    cell = session.run(
+        textwrap.dedent("""\
+        %%ddp
+        import gc, multiprocessing.connection
+        if RANK == 1:
+            for c in gc.get_objects():
+                if isinstance(c, multiprocessing.connection.Connection):
+                    c.close()
+        """),
+        timeout=60,
+    )
+    assert cell.error is not None
+    assert "rank 1" in cell.traceback and "blocked in a collective" not in cell.traceback
+    assert time.monotonic() - started < 20
+    assert session.run("%ddp_restart").error is None
+    assert session.run("%%ddp --return y\ny = RANK").error is None
+
+
 def test_a_second_start_is_refused(session: Kernel) -> None:
     assert session.run("%ddp_start -n 2").stderr.startswith("UsageError: DDP ranks are already running")
 
