@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 import textwrap
@@ -96,6 +97,8 @@ def test_another_user_reads_nothing_of_a_session_and_cannot_choke_it(tmp_path: P
         Path(stop).touch()
         thread.join(150)
         done.set()
+        pointer.join(5)
+        shutil.rmtree(shared, ignore_errors=True)
         kernel.run("%ddp_stop")
         stopped = no_ranks_left(kernel.pid)
         kernel.close()
