@@ -306,7 +306,7 @@ class Bench:
             self.magic("ddp_stop", "")
 
     def failure(self, label: str, magic: str, line: str) -> None:
-        from jupyter_gpu.kernel.ddp.errors import DDPError
+        from jupyter_gpu.ddp.errors import DDPError
 
         path = Path(self.tmp) / "raised_at"
         path.unlink(missing_ok=True)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import inspect
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+from .analysis.cells import DeviceReading
 
 
 def torch_in_use() -> ModuleType | None:
@@ -42,3 +45,34 @@ def snapshot_segments(torch: ModuleType) -> list[dict[str, Any]]:
     if "include_traces" in inspect.signature(snapshot).parameters:
         return snapshot(include_traces=False)
     return torch.cuda.memory._snapshot()["segments"]
+
+
+def allocator_readings(
+    torch: ModuleType,
+    uuid_of: Callable[[ModuleType, int], str | None],
+    process_bytes: Callable[[str | None, int], int | None] = lambda uuid, reserved: None,
+) -> dict[int, DeviceReading]:
+    """Each CUDA device whose allocator holds or held memory, read now (CUDA must be initialised).
+
+    Shared by the kernel's timeline and the DDP ranks, which measure their own cells.
+    """
+    readings = {}
+    for index in range(torch.cuda.device_count()):
+        # The nested form: the flat memory_stats() builds ~150 keys in Python first.
+        stats = torch.cuda.memory_stats_as_nested_dict(index)
+        allocated = stats.get("allocated_bytes", {}).get("all", {})
+        reserved_now = stats.get("reserved_bytes", {}).get("all", {})
+        if not reserved_now.get("peak"):
+            continue  # a device this process never used
+        uuid = uuid_of(torch, index)
+        reserved = reserved_now.get("current", 0)
+        readings[index] = DeviceReading(
+            index=index,
+            uuid=uuid,
+            allocated_bytes=allocated.get("current", 0),
+            reserved_bytes=reserved,
+            peak_allocated_bytes=allocated.get("peak", 0),
+            ooms=stats.get("num_ooms", 0),
+            process_bytes=process_bytes(uuid, reserved),
+        )
+    return readings

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from jupyter_gpu.kernel.ddp import errors
-from jupyter_gpu.kernel.ddp.errors import DDPError, capture, cell_filename, render
-from jupyter_gpu.kernel.ddp.outcome import Collected, Death
-from jupyter_gpu.kernel.ddp.report import error_for
+from jupyter_gpu.ddp import errors
+from jupyter_gpu.ddp.errors import DDPError, capture, cell_filename, render
+from jupyter_gpu.ddp.outcome import Collected, Death
+from jupyter_gpu.ddp.report import error_for
 
 CELL = """%%ddp_launch -n 2
 import math

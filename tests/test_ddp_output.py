@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jupyter_gpu.kernel.ddp.output import CellStreams, LogPump, tail
+from jupyter_gpu.ddp.output import CellStreams, LogPump, tail
 
 
 class FakeCell(CellStreams):

@@ -17,8 +17,8 @@ import pytest
 from _ddp_kernel import Kernel, ddp_kernel, no_ranks_left  # noqa: F401 - ddp_kernel is a fixture
 from support.processes import listeners
 
-from jupyter_gpu.kernel.ddp.abort import abort_is_genuine, sign_abort
-from jupyter_gpu.kernel.ddp.channel import KernelEnd, RankEnd
+from jupyter_gpu.ddp.abort import abort_is_genuine, sign_abort
+from jupyter_gpu.ddp.channel import KernelEnd, RankEnd
 
 LOOPBACK = ("127.0.0.1", "::1")
 

@@ -1,168 +1,149 @@
-"""The import rules (server never reaches kernel or torch, kernel never reaches server, cli never
-reaches IPython), read from every module's import statements (the lazy
-ones inside functions included) and followed transitively through the package:
-
-- ``jupyter_gpu.server`` never imports ``jupyter_gpu.kernel`` or torch (start-up stays fast);
-- ``jupyter_gpu.kernel`` never imports ``jupyter_gpu.server`` (kernels run without a server);
-- ``jupyter_gpu.cli`` never imports IPython, nor ipykernel or ipywidgets, which import it (a
-  base install has no IPython: the ``kernel`` extra brings it);
-- ``jupyter_gpu.hub`` (the Hub service) never imports the kernel side, torch or IPython.
-
-Importing a module runs its parent packages' ``__init__`` too, but only their import-time
-statements: a package's lazy hooks (``load_ipython_extension``) run only when called.
-``if TYPE_CHECKING:`` blocks never run and are skipped.
-"""
+"""The import rules of README's "Layout" hold for the package, and the check behind them catches
+each kind of break: every rule is planted, one at a time, in a copy of the package."""
 
 from __future__ import annotations
 
-import ast
 import json
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import ROOT
-
-PACKAGE = "jupyter_gpu"
-IPYTHON = ("IPython", "ipykernel", "ipywidgets")
-RULES = {
-    "jupyter_gpu.server": ("jupyter_gpu.kernel", "torch"),
-    "jupyter_gpu.kernel": ("jupyter_gpu.server",),
-    "jupyter_gpu.cli": IPYTHON,
-    "jupyter_gpu.hub": ("jupyter_gpu.kernel", "torch", *IPYTHON),
-}
-# Modules allowed to break a rule for now: module -> what it may import. Meant for
-# jupyter_gpu/cli/allreduce.py and jupyter_gpu/kernel/ddp/**, which another engineer is
-# reworking (issue #12); today both keep the rules, so the list is empty. A listed module is
-# neither checked nor followed (what imports it is not blamed for it);
-# test_the_allow_list_is_not_stale says when an entry can go.
-ALLOWED: dict[str, str] = {}
+from support.layering import DYNAMIC, DYNAMIC_IMPORTS, IPYTHON, PACKAGE, RULES, Violation, check, within
 
 
-@dataclass
-class Module:
-    name: str
-    is_package: bool
-    eager: set[str] = field(default_factory=set)  # imported when the module is
-    lazy: set[str] = field(default_factory=set)  # imported when one of its functions runs
+@pytest.fixture(scope="module")
+def violations() -> list[Violation]:
+    return check(ROOT)
 
 
-def _name(path: Path) -> tuple[str, bool]:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    is_package = parts[-1] == "__init__"
-    return ".".join(parts[:-1] if is_package else parts), is_package
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (
-        isinstance(test, ast.Name)
-        and test.id == "TYPE_CHECKING"
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+@pytest.mark.parametrize("rule", RULES, ids=[rule.name for rule in RULES])
+def test_the_package_keeps_the_rule(rule, violations):
+    broken = [str(v) for v in violations if v.rule == rule.name]
+    assert not broken, "\n".join(
+        [f"{rule.layer} never imports {', '.join(rule.forbidden)}: {rule.why}", *broken]
     )
 
 
-class _Imports(ast.NodeVisitor):
-    def __init__(self, module: Module, known: set[str]) -> None:
-        self.module, self.known, self.depth = module, known, 0
-
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.depth += 1
-        self.generic_visit(node)
-        self.depth -= 1
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_If(self, node: ast.If) -> None:
-        for child in node.orelse if _is_type_checking(node.test) else [node.test, *node.body, *node.orelse]:
-            self.visit(child)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        self._add(alias.name for alias in node.names)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        base = node.module or ""
-        if node.level:
-            package = self.module.name.split(".")[: None if self.module.is_package else -1]
-            package = package[: len(package) - node.level + 1]
-            base = ".".join(package + ([node.module] if node.module else []))
-        # `from package import submodule` imports the submodule; `from module import name` the module
-        submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in self.known]
-        self._add(submodules or [base])
-
-    def _add(self, names) -> None:
-        (self.module.lazy if self.depth else self.module.eager).update(names)
+def test_only_the_listed_modules_import_by_name(violations):
+    broken = [str(v) for v in violations if v.rule == DYNAMIC]
+    assert not broken, "\n".join([f"list them in DYNAMIC_IMPORTS, with why: {DYNAMIC_IMPORTS}", *broken])
 
 
-def _modules() -> dict[str, Module]:
-    paths = [p for p in (ROOT / PACKAGE).rglob("*.py") if "labextension" not in p.parts]
-    modules = {m.name: m for m in (Module(*_name(p)) for p in paths)}
-    for path in paths:
-        module = modules[_name(path)[0]]
-        _Imports(module, set(modules)).visit(ast.parse(path.read_text(), str(path)))
-    return modules
+class Plant(NamedTuple):
+    rule: str
+    path: str  # a new module, under jupyter_gpu/
+    code: str
+    found: str  # what the check must name as the import that breaks the rule
 
 
-MODULES = _modules()
+PLANTED = [
+    Plant("analysis-is-pure", "analysis/planted.py", "def f():\n    import torch.cuda\n", "torch"),
+    Plant("analysis-is-pure", "analysis/planted.py", "import pynvml\n", "pynvml"),
+    Plant("analysis-is-pure", "analysis/planted.py", "from tornado import ioloop\n", "tornado"),
+    Plant("analysis-is-pure", "analysis/planted.py", "from pathlib import Path\n", "pathlib"),
+    Plant("analysis-is-pure", "analysis/planted.py", "import subprocess\n", "subprocess"),
+    Plant("analysis-is-pure", "analysis/planted.py", "import socket\n", "socket"),
+    Plant("analysis-is-pure", "analysis/planted.py", "from urllib import request\n", "urllib.request"),
+    Plant("analysis-is-pure", "analysis/planted.py", "from .. import runtime_dir\n", "os"),  # through ours
+    Plant("nvml-without-torch", "nvml/planted.py", "from torch import cuda\n", "torch"),
+    Plant("nvml-without-torch", "nvml/planted.py", "__import__('torch')\n", "torch"),
+    Plant("server-without-kernel", "server/planted.py", "from IPython.display import HTML\n", "IPython"),
+    Plant("server-without-kernel", "server/planted.py", "def f():\n    import torch\n", "torch"),
+    Plant(
+        "server-without-kernel", "server/planted.py", "from ..kernel import timeline\n", "jupyter_gpu.kernel"
+    ),
+    Plant(
+        "kernel-without-server", "kernel/planted.py", "from ..server import kernels\n", "jupyter_gpu.server"
+    ),
+    Plant("cli-without-ipython", "cli/planted.py", "import IPython\n", "IPython"),
+    Plant("cli-without-ipython", "cli/planted.py", "def f():\n    import ipywidgets\n", "ipywidgets"),
+    Plant("hub-without-kernel", "hub/planted.py", "import ipykernel\n", "ipykernel"),
+    Plant("hub-without-kernel", "hub/planted.py", "import torch.distributed\n", "torch"),
+    Plant("ddp-without-kernel", "ddp/planted.py", "from IPython.core.magic import Magics\n", "IPython"),
+    Plant("ddp-without-kernel", "ddp/planted.py", "from ..kernel.timeline import f\n", "jupyter_gpu.kernel"),
+    Plant("one-http-client", "cli/planted.py", "import urllib.request\n", "urllib.request"),
+    Plant("one-http-client", "doctor/planted.py", "from http import client\n", "http.client"),
+    Plant("one-http-client", "hub/planted.py", "from tornado import httpclient\n", "tornado.httpclient"),
+    Plant(
+        "one-http-client",
+        "server/planted.py",
+        "def f():\n    from urllib.request import urlopen\n",
+        "urllib.request",
+    ),
+    Plant(
+        DYNAMIC,
+        "nvml/planted.py",
+        "import importlib\n\ndef f(name):\n    importlib.import_module(name)\n",
+        "importlib.import_module(name)",
+    ),
+    Plant(DYNAMIC, "analysis/planted.py", "import_json = lambda: __import__('json')\n", "__import__('json')"),
+    Plant(
+        DYNAMIC,
+        "cli/planted.py",
+        "from importlib import import_module as load\n\nload('json')\n",
+        "load('json')",
+    ),
+]
+NOT_BLAMED = [
+    Plant(
+        "", "nvml/planted.py", "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import torch\n", ""
+    ),
+    Plant("", "cli/planted.py", "from ..client import Server\n", ""),  # the one client is for use
+    Plant("", "cli/planted.py", "from urllib.parse import quote\n", ""),  # parses, asks nothing
+    Plant("", "server/planted.py", "LIMIT = 1\n", ""),  # its parents' lazy hooks (IPython's) do not count
+]
 
 
-def _parents(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
+def _copy_of_the_package(tmp_path: Path) -> Path:
+    def not_python(folder: str, names: list[str]) -> set[str]:
+        return {
+            n for n in names if n in ("__pycache__", "labextension") or "." in n and not n.endswith(".py")
+        }
+
+    shutil.copytree(ROOT / PACKAGE, tmp_path / PACKAGE, ignore=not_python)
+    return tmp_path
 
 
-def _within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
+def _plant(root: Path, plant: Plant) -> str:
+    """Write the planted module into the copy at ``root``; its module name."""
+    path = root / PACKAGE / plant.path
+    (path.parent / "__init__.py").touch()  # a layer that does not exist yet gets its package
+    path.write_text(plant.code)
+    return f"{PACKAGE}.{plant.path.removesuffix('.py').replace('/', '.')}"
 
 
-def imports_of(start: str, skip: tuple[str, ...] = ()) -> dict[str, list[str]]:
-    """Every module ``start`` may end up importing, each with one chain of imports that leads to
-    it; modules in ``skip`` are not followed."""
-    chains: dict[str, list[str]] = {start: [start]}
-    expanded: dict[str, bool] = {}  # module -> whether its lazy imports were followed too
-    queue = [(start, True)]
-    while queue:
-        name, whole = queue.pop()
-        if expanded.get(name) in (True, whole) or name not in MODULES:
-            continue
-        expanded[name] = whole
-        module = MODULES[name]
-        steps = [(t, True) for t in module.eager | (module.lazy if whole else set())]
-        steps += [(p, False) for p in _parents(name)]
-        for target, target_whole in steps:
-            chains.setdefault(target, chains[name] + [target])
-            if not _within(target, skip):
-                queue.append((target, target_whole))
-    return chains
+def test_every_rule_has_a_planted_break():
+    assert {p.rule for p in PLANTED} == {rule.name for rule in RULES} | {DYNAMIC}
 
 
-CASES = [(layer, name) for layer in RULES for name in sorted(MODULES) if _within(name, (layer,))]
+@pytest.mark.parametrize(
+    "plant", PLANTED, ids=[f"{p.rule}:{p.code.splitlines()[-1].strip()}" for p in PLANTED]
+)
+def test_a_planted_break_is_reported(plant, tmp_path):
+    root = _copy_of_the_package(tmp_path)
+    name = _plant(root, plant)
+    reported = [v for v in check(root) if v.module == name]
+    assert any(v.rule == plant.rule and within(v.found, (plant.found,)) for v in reported), reported
 
 
-@pytest.mark.parametrize(("layer", "name"), CASES, ids=[name for _, name in CASES])
-def test_layer_keeps_its_import_rule(layer, name):
-    if name in ALLOWED:
-        pytest.skip(f"allowed for now: imports {ALLOWED[name]}")
-    broken = {t: chain for t, chain in imports_of(name, tuple(ALLOWED)).items() if _within(t, RULES[layer])}
-    assert not broken, "\n".join(" -> ".join(chain) for chain in broken.values())
+@pytest.mark.parametrize("plant", NOT_BLAMED, ids=[p.code.splitlines()[-1].strip() for p in NOT_BLAMED])
+def test_what_keeps_the_rules_is_not_blamed(plant, tmp_path):
+    root = _copy_of_the_package(tmp_path)
+    name = _plant(root, plant)
+    assert [str(v) for v in check(root) if v.module == name] == []
 
 
-def test_the_allow_list_is_not_stale():
-    for name, forbidden in ALLOWED.items():
-        assert any(_within(t, (forbidden,)) for t in imports_of(name)), (
-            f"{name} keeps the rules now: unlist it"
-        )
-
-
-def test_lazy_imports_and_type_checking_blocks_are_read_as_they_run():
-    magic = MODULES["jupyter_gpu.kernel.warmup_magic"]
-    assert "torch" in magic.lazy and "IPython.core.magic" in magic.eager
-    assert any(_within(t, IPYTHON) for t in imports_of("jupyter_gpu.kernel.warmup_magic"))
-    assert "jupyter_gpu.nvml.holders" not in MODULES["jupyter_gpu.kernel.memory_magic"].eager  # TYPE_CHECKING
-    assert "jupyter_gpu.kernel.extension" in MODULES["jupyter_gpu"].lazy
-    # ... and a package's lazy hooks do not count against what merely lives in it
-    assert "jupyter_gpu.kernel.extension" not in imports_of("jupyter_gpu.server.app")
+def test_a_listed_dynamic_import_that_went_is_reported(tmp_path):
+    root = _copy_of_the_package(tmp_path)
+    (root / PACKAGE / "kernel" / "extension.py").write_text("def load(ipython):\n    pass\n")
+    assert any(
+        v.rule == DYNAMIC and v.module == f"{PACKAGE}.kernel.extension" and "listed" in v.found
+        for v in check(root)
+    )
 
 
 def _without_ipython(code: str, *argv: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """An all-reduce across every GPU, started the way real jobs start: torch.distributed elastic.
 
-One rank per GPU, spawned (never forked) by the package's one launcher (``kernel.ddp.gang``),
+One rank per GPU, spawned (never forked) by the package's one launcher (``jupyter_gpu.ddp.gang``),
 whose store listens on a loopback port of its own (no fixed port to collide with a student's
 job). Each rank checks the sum once, then times a loop of all-reduces of the same buffer; the slowest rank's time is the collective's time.
 Bandwidths follow nccl-tests: algorithm bandwidth = bytes / time; bus bandwidth = algorithm
@@ -18,7 +18,8 @@ from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ..kernel.ddp.gang import Gang, WorkerOptions
+from ..ddp.gang import Gang
+from ..ddp.options import WorkerOptions
 
 
 @dataclass

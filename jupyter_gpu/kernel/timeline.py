@@ -7,7 +7,8 @@ and cells are recorded without GPU figures: this never imports torch nor initial
 
 The last ``MAX_CELLS`` records stay in memory (for ``%gpu_mem --cells`` and the out-of-memory
 explanation) and, in a kernel, go to ``jupyter_gpu-cells-<kernel id>.json`` beside the
-connection file: a daemon thread rewrites it at most once a second, only when cells were
+connection file (or its private name, ``runtime_dir.own_path``, while another user's file
+holds that name): a daemon thread rewrites it at most once a second, only when cells were
 added, from records encoded once each, so a long notebook costs the same as a short one.
 """
 
@@ -34,8 +35,8 @@ from ..analysis.cells import (
     cell_record,
     cells_file_name,
 )
-from ..runtime_dir import beside_connection, remove_own_file, write_own_file
-from ..torch_state import nvml_uuid, torch_in_use
+from ..runtime_dir import beside_connection, own_path, remove_published, write_own_file
+from ..torch_state import allocator_readings, nvml_uuid, torch_in_use
 
 log = logging.getLogger(__name__)
 
@@ -104,37 +105,6 @@ class ProcessMemory:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-
-
-def allocator_readings(
-    torch: ModuleType,
-    uuid_of: Callable[[ModuleType, int], str | None],
-    process_bytes: Callable[[str | None, int], int | None] = lambda uuid, reserved: None,
-) -> dict[int, DeviceReading]:
-    """Each CUDA device whose allocator holds or held memory, read now (CUDA must be initialised).
-
-    Shared by the kernel's timeline and the DDP ranks, which measure their own cells.
-    """
-    readings = {}
-    for index in range(torch.cuda.device_count()):
-        # The nested form: the flat memory_stats() builds ~150 keys in Python first.
-        stats = torch.cuda.memory_stats_as_nested_dict(index)
-        allocated = stats.get("allocated_bytes", {}).get("all", {})
-        reserved_now = stats.get("reserved_bytes", {}).get("all", {})
-        if not reserved_now.get("peak"):
-            continue  # a device this process never used
-        uuid = uuid_of(torch, index)
-        reserved = reserved_now.get("current", 0)
-        readings[index] = DeviceReading(
-            index=index,
-            uuid=uuid,
-            allocated_bytes=allocated.get("current", 0),
-            reserved_bytes=reserved,
-            peak_allocated_bytes=allocated.get("peak", 0),
-            ooms=stats.get("num_ooms", 0),
-            process_bytes=process_bytes(uuid, reserved),
-        )
-    return readings
 
 
 class CellTimeline:
@@ -234,8 +204,9 @@ class CellTimeline:
         return head + b',"cells":[' + b",".join(encoded[len(encoded) - keep :]) + b"]}"
 
     def publish(self) -> None:
-        if self.path is not None:
-            write_own_file(self.path, self.document(), abandon=self._stop.is_set)
+        if self.path is not None and self.kernel_id is not None:
+            path = own_path(self.path, self.kernel_id)
+            write_own_file(path, self.document(), abandon=self._stop.is_set)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="jupyter_gpu-timeline", daemon=True)
@@ -249,8 +220,8 @@ class CellTimeline:
         self._dirty.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        if self.path is not None:
-            remove_own_file(self.path, MAX_BYTES)
+        if self.path is not None and self.kernel_id is not None:
+            remove_published(self.path, self.kernel_id, MAX_BYTES)
         self._process.close()
 
     def _run(self) -> None:

@@ -1,4 +1,3 @@
-"""``%%ddp_launch`` and persistent DDP workers for notebooks, on ``torch.distributed.elastic``.
-
-Kernel-side modules import no torch until a magic runs; ``worker`` and ``script`` run in the ranks.
+"""The DDP magics (``%%ddp_launch``, ``%ddp_start`` ... ``%%ddp``, checkpoints): parsing, and
+what runs in the kernel. The ranks and their launcher are ``jupyter_gpu.ddp``.
 """

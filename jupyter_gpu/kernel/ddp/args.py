@@ -11,17 +11,16 @@ import argparse
 import keyword
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
+from ...ddp.abort import SECRET_ENV, shared_secret
+from ...ddp.options import CellOptions, WorkerOptions
 from ...doctor import no_gpu_reason
 from ...nvml.visible import visible_gpus
 from .. import magic_args
-from .abort import SECRET_ENV, shared_secret
-from .gang import WorkerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,16 +34,6 @@ START_METHODS = ("forkserver", "spawn")
 MAX_RANKS_PER_NODE = 64
 # A week: longer is no timeout at all, and inf/nan would make the cell never return.
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
-
-
-@dataclass(frozen=True)
-class CellOptions:
-    """What one cell sends and gets back."""
-
-    push: tuple[str, ...] = ()
-    return_name: str | None = None
-    timeout: float | None = None
-    output: tuple[int, ...] | None = (0,)  # global ranks shown; None = all, () = none
 
 
 def _bundle(*decorators: Callable[[F], F]) -> Callable[[F], F]:

@@ -12,8 +12,9 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ...analysis.units import format_bytes
+from ...ddp.checkpoint_files import resolve, trusted
+from ...ddp.errors import BadInput
 from ...doctor import no_gpu_reason
-from .checkpoint_files import resolve, trusted
 
 _DEVICE = re.compile(r"cpu|cuda(:\d{1,2})?")
 
@@ -48,7 +49,7 @@ def load_into_kernel(
     path = trusted(resolve(path_text))
     import torch
 
-    from .checkpoint import Problem, load_local, one_line, stored_model_bytes
+    from ...ddp.checkpoint import Problem, load_local, one_line, stored_model_bytes
 
     model = None
     if model_name is not None:
@@ -66,7 +67,7 @@ def load_into_kernel(
                 "Free memory, load onto another --device, or add --force"
             )
         state = load_local(path, model, device)
-    except UsageError:
+    except (UsageError, BadInput):
         raise
     except Problem as exc:
         raise UsageError(str(exc)) from None

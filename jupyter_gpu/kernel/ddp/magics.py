@@ -3,21 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ...ddp.errors import BadInput
 from ..extension import ShellMagics, cell_number, unregister_magics
 from ..magic_args import path_text
 from ..timeline import timeline_of
 from . import args
 from .args import cell_arguments, checkpoint_arguments, worker_arguments
+
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+def usage_errors(method: M) -> M:
+    """The rank runtime says what the user asked wrong as ``BadInput``: one ``UsageError`` line."""
+
+    @functools.wraps(method)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        try:
+            return method(*a, **k)
+        except BadInput as exc:
+            raise UsageError(str(exc)) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 @magics_class
@@ -44,6 +61,7 @@ class DDPMagics(ShellMagics):
     @argument("script_args", nargs=argparse.REMAINDER, help="arguments of the script")
     @no_var_expand
     @line_cell_magic
+    @usage_errors
     def ddp_launch(self, line: str, cell: str | None = None) -> None:
         """Run the cell on N new ranks, torch.distributed initialised; or run a script like torchrun.
 
@@ -67,7 +85,7 @@ class DDPMagics(ShellMagics):
                 raise UsageError("%ddp_launch needs a script (line form) or a cell (%%ddp_launch)")
             if ns.push or ns.return_name:
                 raise UsageError("--push and --return apply to cells, not to scripts")
-            from .launch import run_script
+            from ...ddp.launch import run_script
 
             output = args.cell_options(ns, world, None).output
             run_script(options, ns.script, ns.script_args, output, ns.timeout)
@@ -75,7 +93,7 @@ class DDPMagics(ShellMagics):
         if ns.script:
             raise UsageError(f"%%ddp_launch runs the cell; unexpected argument {ns.script!r}")
         cell_opts = args.cell_options(ns, world, "_result")
-        from .launch import pack, run_cell
+        from ...ddp.launch import pack, run_cell
 
         objects = pack(self.ipython.user_ns, cell_opts.push)
         self.ipython.user_ns["_ddp"] = run_cell(
@@ -85,6 +103,7 @@ class DDPMagics(ShellMagics):
     @magic_arguments()
     @worker_arguments
     @line_magic
+    @usage_errors
     def ddp_start(self, line: str) -> None:
         """Start persistent ranks; then %%ddp cells run on all of them and keep their variables.
 
@@ -95,7 +114,7 @@ class DDPMagics(ShellMagics):
         options = args.worker_options(ns)
         if self.session is not None and self.session.alive:
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
-        from .session import Session
+        from ...ddp.session import Session
 
         self.close()  # a session whose ranks died: free its logs and rendezvous
 
@@ -120,6 +139,7 @@ class DDPMagics(ShellMagics):
     @cell_arguments
     @no_var_expand
     @cell_magic
+    @usage_errors
     def ddp(self, line: str, cell: str) -> None:
         """Run the cell on the persistent ranks of %ddp_start, in their kept namespace.
 
@@ -129,7 +149,7 @@ class DDPMagics(ShellMagics):
         ns = args.parse(self.ddp, line)
         session = self._session()
         cell_opts = args.cell_options(ns, session.gang.world_size if session.gang else 0, None)
-        from .launch import pack
+        from ...ddp.launch import pack
 
         objects = pack(self.ipython.user_ns, cell_opts.push)
         result = session.run_cell(cell, cell_opts, objects, self._label(), on_figures=self._note_ranks)
@@ -137,15 +157,17 @@ class DDPMagics(ShellMagics):
             self.ipython.user_ns["_ddp"] = result
 
     @line_magic
+    @usage_errors
     def ddp_push(self, line: str) -> None:
         """%ddp_push a b: send notebook objects (cloudpickle) to every persistent rank."""
         names = args.names(line, "%ddp_push")
         session = self._session()
-        from .launch import pack
+        from ...ddp.launch import pack
 
         session.push(pack(self.ipython.user_ns, names))
 
     @line_magic
+    @usage_errors
     def ddp_pull(self, line: str) -> dict[Any, Any]:
         """%ddp_pull x: rank -> value of x on the persistent ranks; several names: name -> (rank -> value)."""
         names = args.names(line, "%ddp_pull")
@@ -155,6 +177,7 @@ class DDPMagics(ShellMagics):
         return {name: {rank: got[name] for rank, got in values.items()} for name in names}
 
     @line_magic
+    @usage_errors
     def ddp_status(self, line: str) -> None:
         """Show the persistent ranks: pids, devices, cells run, where their logs are."""
         print(
@@ -164,6 +187,7 @@ class DDPMagics(ShellMagics):
         )
 
     @line_magic
+    @usage_errors
     def ddp_stop(self, line: str) -> None:
         """Stop the persistent ranks."""
         if self.session is None:
@@ -173,6 +197,7 @@ class DDPMagics(ShellMagics):
         self.session = None
 
     @line_magic
+    @usage_errors
     def ddp_restart(self, line: str) -> None:
         """Replace the persistent ranks with fresh ones (same options; their variables are lost)."""
         if self.session is None:
@@ -183,6 +208,7 @@ class DDPMagics(ShellMagics):
     @magic_arguments()
     @checkpoint_arguments
     @line_magic
+    @usage_errors
     def ddp_save(self, line: str) -> None:
         """Save the ranks' model (and optimizer) with torch.distributed.checkpoint (DCP).
 
@@ -193,13 +219,14 @@ class DDPMagics(ShellMagics):
         """
         ns = args.parse(self.ddp_save, line)
         session = self._session()
-        from .checkpoint_files import resolve
+        from ...ddp.checkpoint_files import resolve
 
         print(session.save(resolve(ns.path), *args.checkpoint_names(ns)))
 
     @magic_arguments()
     @checkpoint_arguments
     @line_magic
+    @usage_errors
     def ddp_load(self, line: str) -> None:
         """Load a DCP checkpoint into the ranks' model (and optimizer), resharded to these ranks.
 
@@ -207,7 +234,7 @@ class DDPMagics(ShellMagics):
         """
         ns = args.parse(self.ddp_load, line)
         session = self._session()
-        from .checkpoint_files import resolve
+        from ...ddp.checkpoint_files import resolve
 
         print(session.load(resolve(ns.path), *args.checkpoint_names(ns)))
 
@@ -222,6 +249,7 @@ class DDPMagics(ShellMagics):
     @argument("--device", default="cpu", help="where new tensors go: cpu (default), cuda or cuda:N")
     @argument("--force", action="store_true", help="load even when it needs more than the free memory")
     @line_magic
+    @usage_errors
     def ddp_load_local(self, line: str) -> Any:
         """Load a checkpoint of the ranks whole into this kernel, no process group needed.
 
@@ -253,8 +281,8 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
     a shared server) leaves it to the first launch.
     """
+    from ...ddp.forkserver import prestart_forkserver
     from ...nvml.visible import visible_gpus
-    from .forkserver import prestart_forkserver
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)

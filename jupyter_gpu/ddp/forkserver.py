@@ -15,7 +15,7 @@ _FORKSERVER_PRELOAD = [
     "torch.distributed",
     "torch.distributed.elastic.multiprocessing",
     "cloudpickle",
-    "jupyter_gpu.kernel.ddp.worker",
+    "jupyter_gpu.ddp.worker",
 ]
 
 

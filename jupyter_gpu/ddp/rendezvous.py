@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .torch_env import quiet_torch_logs
 
 if TYPE_CHECKING:
-    from .gang import WorkerOptions
+    from .options import WorkerOptions
 
 # Store requests of the kernel (the abort key) time out after this long.
 STORE_TIMEOUT_S = 5.0

@@ -30,13 +30,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import rendezvous
 from .abort import ABORT_KEY, SECRET_ENV, abort_is_genuine, shared_secret, sign_abort
 from .channel import KernelEnd, new_key
 from .forkserver import use_forkserver
+from .options import WorkerOptions
 from .outcome import Collected, Death
 from .output import LogPump, tail
 from .protocol import Command, Reply
@@ -46,22 +46,6 @@ from .torch_env import kept_signal_handlers, loopback_interface, quiet_torch_log
 SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
 # How long the kernel waits on the channel before it looks at the processes again.
 POLL_S = 0.05
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """How the ranks are started: fixed for the life of a launch or a persistent session."""
-
-    nproc: int
-    backend: str = "auto"
-    gpus: tuple[int, ...] | None = None
-    amp: str | None = None
-    nnodes: int = 1
-    node_rank: int | None = None
-    rdzv_endpoint: str | None = None
-    start_method: str = "forkserver"
-    device: str = "auto"  # "cpu": the ranks see no GPU (gloo on the CPU on a GPU machine)
-    fsdp: bool = False
 
 
 class Gang:
@@ -278,6 +262,8 @@ class Gang:
             result.failures.values(), key=lambda f: (f.exitcode == -signal.SIGTERM, f.timestamp)
         )
         first = failures[0]
+        if first.exitcode == -signal.SIGTERM and (other := self._not_terminated()) is not None:
+            return other  # elastic reported a rank it terminated itself after the real one died
         rank = self.ranks[first.local_rank]
         sig = first.signal_name() if first.exitcode < 0 else None
         message = ""  # elastic's error file: written by record() for Python errors only
@@ -291,6 +277,17 @@ class Gang:
             message,
             tail(self._stderr.get(rank, "")),
         )
+
+    def _not_terminated(self) -> Death | None:
+        """A rank that ended by itself (a signal other than SIGTERM, or an exit code)."""
+        processes = getattr(getattr(self._pcontext, "_pc", None), "processes", None) or []
+        for local, process in enumerate(processes):
+            code = process.exitcode
+            if code not in (None, 0, -signal.SIGTERM):
+                rank = self.ranks[local]
+                sig = signal.Signals(-code).name if code < 0 else None
+                return Death(rank, process.pid, code, sig, "", tail(self._stderr.get(rank, "")))
+        return None
 
     def wait_for_exit(self, deadline: float | None) -> Death | None:
         """Until every rank exited (None when all with 0), one died, or ``deadline`` passed."""

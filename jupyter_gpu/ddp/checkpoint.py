@@ -260,7 +260,7 @@ def _mount_of(folder: Path) -> Path:
 
 def _why_not_saved(exc: BaseException, path: str, free: int | None) -> str:
     """A failed ``dcp.save`` in one line; a full disk (or quota) says which, and what was free."""
-    from ...analysis.units import format_bytes
+    from ..analysis.units import format_bytes
 
     for failure in _failures(exc):
         error = _os_error(failure)

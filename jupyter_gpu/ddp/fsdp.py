@@ -153,7 +153,7 @@ def _summary(
     cpu_offload: bool,
     materialised: bool,
 ) -> str:
-    from ...analysis.units import format_bytes
+    from ..analysis.units import format_bytes
 
     local = sum(_local(p).numel() * _local(p).element_size() for p in model.parameters())
     extras = []

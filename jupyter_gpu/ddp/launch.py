@@ -9,12 +9,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from IPython.core.error import UsageError
-
 from . import report
-from .args import CellOptions
-from .errors import DDPError
-from .gang import Gang, WorkerOptions
+from .errors import BadInput, DDPError
+from .gang import Gang
+from .options import CellOptions, WorkerOptions
 from .outcome import Collected
 from .output import CellStreams
 from .protocol import Command, Reply, WorkerConfig
@@ -27,7 +25,7 @@ def pack(user_ns: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, bytes]
     objects = {}
     for name in names:
         if name not in user_ns:
-            raise UsageError(f"--push {name}: name {name!r} is not defined in the notebook")
+            raise BadInput(f"--push {name}: name {name!r} is not defined in the notebook")
         try:
             objects[name] = cloudpickle.dumps(user_ns[name])
         except Exception as exc:
@@ -138,7 +136,7 @@ def run_script(
 ) -> None:
     """Run ``python script args`` on every rank with torchrun's environment."""
     if not os.path.isfile(script):
-        raise UsageError(f"no such script: {script}")
+        raise BadInput(f"no such script: {script}")
     target = CellStreams()
     kernel_pid = str(os.getpid())
     # The ranks run `python -m` this package's runner: make it importable however the kernel found it.
@@ -150,7 +148,7 @@ def run_script(
         lambda gang: (
             "-u",
             "-m",
-            "jupyter_gpu.kernel.ddp.script",
+            "jupyter_gpu.ddp.script",
             kernel_pid,
             script,
             *script_args,

@@ -13,7 +13,7 @@ resolved first and their targets checked the same way.
 A save writes into a fresh folder beside the target (``mkdtemp``: a random name in a folder
 only the user may change) and renames it into place once every rank has written. An older
 checkpoint of the same model is replaced in a second rename, undone if that one fails.
-Anything else at the target is refused. Every refusal is a ``UsageError``: the cell shows
+Anything else at the target is refused. Every refusal is a ``BadInput``: the cell shows
 one line and nothing was written. The save holds an ``flock`` on its folder, so the next save
 of the same checkpoint can tell a folder left by a killed kernel (removed, if it is the user's
 own real folder) from one a save in another kernel is still writing (left alone).
@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from IPython.core.error import UsageError
+from .errors import BadInput
 
 METADATA = ".metadata"  # DCP writes it last, on rank 0: a folder with it is a checkpoint
 NOT_WRITABLE_BY_OTHERS = 0o022
@@ -48,9 +48,9 @@ def resolve(text: str) -> Path:
     try:
         parts = shlex.split(text)
     except ValueError as exc:
-        raise UsageError(f"the checkpoint's folder {text!r}: {exc}") from None
+        raise BadInput(f"the checkpoint's folder {text!r}: {exc}") from None
     if len(parts) != 1 or not parts[0]:
-        raise UsageError("give the checkpoint's folder, one path (quote it if it has spaces)")
+        raise BadInput("give the checkpoint's folder, one path (quote it if it has spaces)")
     path = Path(os.path.abspath(os.path.expanduser(parts[0])))
     return Path(os.path.realpath(path.parent)) / path.name
 
@@ -74,16 +74,16 @@ def safe_folder(folder: Path) -> None:
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            raise UsageError(f"{current} does not exist") from None
+            raise BadInput(f"{current} does not exist") from None
         except OSError as exc:
-            raise UsageError(_says(current, exc)) from None
+            raise BadInput(_says(current, exc)) from None
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise UsageError(f"{current} is not a folder")
+            raise BadInput(f"{current} is not a folder")
         owner_ok = st.st_uid in (0, os.getuid())
         sticky_ok = bool(st.st_mode & stat.S_ISVTX) and owner_ok
         if not owner_ok or (_writable_by_others(st) and not sticky_ok):
             who = "another user" if not owner_ok else "its group or every user"
-            raise UsageError(
+            raise BadInput(
                 f"{current} may be changed by {who}, so a checkpoint below it could be swapped "
                 "for someone else's (loading one unpickles it, which can run code). Keep "
                 "checkpoints in folders only you can write (chmod g-w,o-w), or below /tmp"
@@ -95,13 +95,13 @@ def trusted(path: Path) -> Path:
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise UsageError(
+        raise BadInput(
             f"no checkpoint at {path}" if isinstance(exc, FileNotFoundError) else _says(path, exc)
         ) from None
     if not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{path} is not a checkpoint folder (DCP writes a folder)")
+        raise BadInput(f"{path} is not a checkpoint folder (DCP writes a folder)")
     if not (path / METADATA).is_file():
-        raise UsageError(f"{path} holds no checkpoint (no {METADATA}: DCP writes it last)")
+        raise BadInput(f"{path} holds no checkpoint (no {METADATA}: DCP writes it last)")
     safe_folder(path.parent)
     strangers = [path.name] if not _ours(st) else []
     try:
@@ -111,9 +111,9 @@ def trusted(path: Path) -> Path:
                 if entry.is_symlink() or not stat.S_ISREG(est.st_mode) or not _ours(est):
                     strangers.append(entry.name)
     except OSError as exc:
-        raise UsageError(_says(path, exc)) from None
+        raise BadInput(_says(path, exc)) from None
     if strangers:
-        raise UsageError(
+        raise BadInput(
             f"{path} is not wholly yours ({', '.join(strangers[:3])}: another owner, writable by "
             "others, a link or not a plain file). Loading a checkpoint unpickles its metadata, "
             "which can run code: copy it into a folder of your own if you trust who made it"
@@ -158,7 +158,7 @@ class PendingSave:
                 os.rename(old, self.target)  # the previous checkpoint back where it was
                 raise
         except OSError as exc:
-            raise UsageError(
+            raise BadInput(
                 f"cannot save to {self.target}: {exc.strerror or exc}; nothing was replaced"
             ) from None
         shutil.rmtree(old, ignore_errors=True)
@@ -239,22 +239,22 @@ def begin_save(target: Path) -> PendingSave:
     parent = target.parent
     safe_folder(parent)
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot save to {target}: {parent} is not writable for you")
+        raise BadInput(f"cannot save to {target}: {parent} is not writable for you")
     replaces = None
     if os.path.lexists(target):
         if target.is_symlink() or not target.is_dir():
-            raise UsageError(f"{target} exists and is not a checkpoint folder; nothing was written")
+            raise BadInput(f"{target} exists and is not a checkpoint folder; nothing was written")
         if (target / METADATA).exists():
             replaces = trusted(target)
         elif any(target.iterdir()):
-            raise UsageError(
+            raise BadInput(
                 f"{target} is a folder that holds no checkpoint (no {METADATA}); nothing was written"
             )
     cleared = _clear_unfinished(target)  # before mkdtemp: a full disk gets their room back
     try:
         folder = Path(tempfile.mkdtemp(prefix=PARTIAL.format(target.name), dir=parent))
     except OSError as exc:
-        raise UsageError(f"cannot save to {target}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot save to {target}: {exc.strerror or exc}") from None
     return PendingSave(target, folder, replaces, _locked(folder), cleared)
 
 

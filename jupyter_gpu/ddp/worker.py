@@ -21,9 +21,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from ...analysis.cells import device_change
-from ...torch_state import nvml_uuid
-from ..timeline import allocator_readings
+from ..analysis.cells import device_change
+from ..torch_state import allocator_readings, nvml_uuid
 from .channel import RankEnd
 from .errors import capture, cell_filename
 from .lifeline import bind_to_kernel, detach_from_terminal_signals

@@ -28,7 +28,7 @@ class WorkerConfig:
     sys_path: list[str]
     cwd: str
     device: str = "auto"  # "cpu": the ranks run on the CPU even where GPUs are visible
-    fsdp: bool = False  # bind a device mesh and shard() (kernel/ddp/fsdp.py) in the namespace
+    fsdp: bool = False  # bind a device mesh and shard() (ddp/fsdp.py) in the namespace
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...analysis.units import format_bytes
+from ..analysis.units import format_bytes
 from .errors import DDPError, DDPInterrupted, render
 from .outcome import Collected
 from .protocol import Reply

@@ -128,3 +128,8 @@ class DDPError(Exception):
 
 class DDPInterrupted(DDPError, KeyboardInterrupt):
     """The user interrupted the kernel (or ``--timeout`` ran out) and the ranks were stopped."""
+
+
+class BadInput(ValueError):
+    """What the user asked for cannot be done (a name not defined, a folder not theirs): one
+    line, no traceback. The magics show it as IPython's ``UsageError``."""

@@ -15,14 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from IPython.core.error import UsageError
-
-from ...analysis.units import format_bytes
+from ..analysis.units import format_bytes
 from . import checkpoint_files, report
-from .args import CellOptions
-from .errors import DDPError, DDPInterrupted
-from .gang import Gang, WorkerOptions
+from .errors import BadInput, DDPError, DDPInterrupted
+from .gang import Gang
 from .launch import cell_gang, check_syntax, rank_figures
+from .options import CellOptions, WorkerOptions
 from .outcome import Collected
 from .output import CellStreams
 from .protocol import Command, Reply
@@ -310,7 +308,7 @@ class Session:
 
     def _single_node(self, magic: str) -> None:
         if self.options.nnodes > 1:
-            raise UsageError(
+            raise BadInput(
                 f"{magic} works with the ranks of one node; across nodes call "
                 "torch.distributed.checkpoint.save/load in a %%ddp cell, on storage every node shares"
             )

@@ -1,4 +1,4 @@
-"""``python -m jupyter_gpu.kernel.ddp.script KERNEL_PID SCRIPT [ARGS...]``: one rank of the line
+"""``python -m jupyter_gpu.ddp.script KERNEL_PID SCRIPT [ARGS...]``: one rank of the line
 form of ``%ddp_launch``. Runs SCRIPT as ``__main__`` the way ``torchrun`` would, but dies with
 the kernel, leaves elastic's error file with a traceback that starts at the script, and takes
 down the process group the script left up before the interpreter shuts down.
