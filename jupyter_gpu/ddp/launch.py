@@ -62,12 +62,9 @@ def cell_gang(options: WorkerOptions) -> Gang:
                 gang.key,
                 gang.store_path,
                 os.getpid(),
-                options.backend,
-                options.amp,
                 list(sys.path),
                 os.getcwd(),
-                device=options.device,
-                fsdp=options.fsdp,
+                options,
             ),
         )
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import RemoteError
+from .options import WorkerOptions
 
 CommandKind = Literal["init", "cell", "push", "pull", "save", "load", "stop"]
 
@@ -23,12 +24,9 @@ class WorkerConfig:
     key: bytes  # answers the channel's challenge; travels only through the process launcher
     store: str | None  # one node: the process group's FileStore, beside the socket; else env://
     kernel_pid: int
-    backend: str
-    amp: str | None
     sys_path: list[str]
     cwd: str
-    device: str = "auto"  # "cpu": the ranks run on the CPU even where GPUs are visible
-    fsdp: bool = False  # bind a device mesh and shard() (ddp/fsdp.py) in the namespace
+    options: WorkerOptions  # the launch's options, whole: a new option needs no copying here
 
 
 @dataclass

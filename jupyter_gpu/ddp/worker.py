@@ -112,7 +112,7 @@ class _Rank:
         import torch
         import torch.distributed as dist
 
-        if self.config.device != "cpu" and torch.cuda.is_available():
+        if self.config.options.device != "cpu" and torch.cuda.is_available():
             visible = torch.cuda.device_count()
             if self.local_rank >= visible:
                 raise RuntimeError(
@@ -125,7 +125,7 @@ class _Rank:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
-        backend = self.config.backend
+        backend = self.config.options.backend
         if backend == "auto":
             backend = "nccl" if self.device.type == "cuda" else "gloo"
         if backend == "nccl" and self.device.type != "cuda":
@@ -150,7 +150,7 @@ class _Rank:
             "WORLD_SIZE": self.world_size,
             "device": self.device,
         }
-        if self.config.fsdp:
+        if self.config.options.fsdp:
             from . import fsdp
 
             mesh = fsdp.make_mesh(self.device, backend)
@@ -179,7 +179,7 @@ class _Rank:
         if cmd.kind in ("save", "load"):
             return self._checkpoint(cmd)
         info: dict[str, Any] = {"cell_gpus": self._run_cell(cmd)}
-        if self.config.fsdp:
+        if self.config.options.fsdp:
             from .fsdp import held
 
             info["held"] = held(self.ns)
@@ -229,8 +229,8 @@ class _Rank:
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         code = compile(text, filename, "exec", dont_inherit=True)
         amp: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-        if self.config.amp:
-            dtype = torch.bfloat16 if self.config.amp == "bf16" else torch.float16
+        if self.config.options.amp:
+            dtype = torch.bfloat16 if self.config.options.amp == "bf16" else torch.float16
             # cache_enabled=False: a cell is often a whole training loop (see kernel/amp.py)
             amp = torch.autocast(self.device.type, dtype=dtype, cache_enabled=False)
         on_gpu = self.device.type == "cuda"
