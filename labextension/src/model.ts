@@ -10,10 +10,9 @@
  * when the server is unreachable and recover by themselves.
  */
 import { KernelAPI, ServerConnection } from '@jupyterlab/services';
-import { VDomModel } from '@jupyterlab/ui-components';
 import { Poll } from '@lumino/polling';
+import { Signal } from '@lumino/signaling';
 
-import { MemoryUnits } from './format';
 import { idleHeldBytes, KernelAction } from './idle';
 import {
   requestAPI,
@@ -21,7 +20,9 @@ import {
   requestFreeCache,
   ServerExtensionMissing
 } from './request';
+import { DEFAULT_SETTINGS } from './settings';
 import { busiestGpu, mergeHistory, selectGpus } from './shape';
+import type { IGpuModel, IGpuSettings } from './tokens';
 import type {
   CellsReply,
   DevicesReply,
@@ -33,37 +34,17 @@ import type {
   TelemetryReply
 } from './types';
 
-export interface IGpuSettings {
-  /** Seconds between telemetry requests. */
-  refreshInterval: number;
-  /** Seconds between "who holds GPU memory" requests while the panel is open. */
-  kernelsInterval: number;
-  /** GPU indices to show; empty shows every GPU. */
-  gpus: number[];
-  memoryUnits: MemoryUnits;
-  /** Seconds of history drawn in the charts. */
-  historySeconds: number;
-  showStatusBar: boolean;
-}
-
-export const DEFAULT_SETTINGS: IGpuSettings = {
-  refreshInterval: 2,
-  kernelsInterval: 5,
-  gpus: [],
-  memoryUnits: 'binary',
-  historySeconds: 600,
-  showStatusBar: true
-};
-
 /** The widest window the dashboard offers (60 min): the browser keeps that much history. */
 export const MAX_WINDOW_SECONDS = 3600;
 
 /** The longest wait between attempts while the server cannot be reached. */
 const MAX_BACKOFF_MS = 30 * 1000;
 
-export class GpuModel extends VDomModel {
+export class GpuModel implements IGpuModel {
+  /** Emitted when any figure, the error or the settings change. */
+  readonly stateChanged = new Signal<this, void>(this);
+
   constructor(serverSettings: ServerConnection.ISettings) {
-    super();
     this._serverSettings = serverSettings;
     this._telemetryPoll = new Poll({
       auto: false,
@@ -199,7 +180,6 @@ export class GpuModel extends VDomModel {
     return busiestGpu(this.gpus);
   }
 
-  /** The last request error, or null while the server answers. */
   /** GPU memory held by kernels the server flags as idle holders. */
   get idleHeld(): number {
     return idleHeldBytes(this._kernels);
@@ -251,17 +231,23 @@ export class GpuModel extends VDomModel {
       throw error;
     });
 
+  /** The last request error, or null while the server answers. */
   get error(): string | null {
     return this._error;
   }
 
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
   dispose(): void {
-    if (this.isDisposed) {
+    if (this._isDisposed) {
       return;
     }
+    this._isDisposed = true;
     this._telemetryPoll.dispose();
     this._kernelsPoll.dispose();
-    super.dispose();
+    Signal.clearData(this);
   }
 
   /** History kept: what the panel draws, and at least the dashboard's widest window. */
@@ -350,4 +336,5 @@ export class GpuModel extends VDomModel {
   private _history: Sample[] = [];
   private _lastT: number | null = null;
   private _error: string | null = null;
+  private _isDisposed = false;
 }

@@ -1,7 +1,5 @@
 /**
- * Show a cell of a notebook: open the notebook if needed, then select the
- * cell and scroll to it (by JupyterLab's cell id; by execution count when the
- * front end that ran it sent no id).
+ * The panel's links into notebooks: open a notebook, or show a cell of it.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { ICodeCellModel } from '@jupyterlab/cells';
@@ -9,7 +7,32 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import type { Cell } from './types';
 
-export async function revealCell(
+/** Open a notebook, and show one of its cells. */
+export interface INotebookLinks {
+  openPath: (path: string) => void;
+  revealCell: (path: string, cell: Cell) => void;
+}
+
+/** The links, through the document manager's open command. */
+export function notebookLinks(
+  app: JupyterFrontEnd,
+  notebooks: INotebookTracker | null
+): INotebookLinks {
+  const openPath = (path: string) =>
+    app.commands.execute('docmanager:open', { path });
+  return {
+    openPath: path => void openPath(path),
+    revealCell: (path, cell) =>
+      void revealCell(app, notebooks, openPath, path, cell)
+  };
+}
+
+/**
+ * Show a cell of a notebook: open the notebook if needed, then select the
+ * cell and scroll to it (by JupyterLab's cell id; by execution count when the
+ * front end that ran it sent no id).
+ */
+async function revealCell(
   app: JupyterFrontEnd,
   notebooks: INotebookTracker | null,
   openPath: (path: string) => Promise<unknown>,

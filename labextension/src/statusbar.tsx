@@ -1,8 +1,8 @@
 /**
  * Status-bar item: utilisation and memory of the busiest GPU, or "no GPU".
- * Clicking it opens the GPU panel.
+ * Clicking it opens the GPU panel. The `showStatusBar` setting hides it.
  */
-import { TextItem } from '@jupyterlab/statusbar';
+import { IStatusBar, TextItem } from '@jupyterlab/statusbar';
 import * as React from 'react';
 
 import { gpuIcon } from './icon';
@@ -37,4 +37,20 @@ export class GpuStatus extends OnScreenRenderer<GpuModel> {
       </>
     );
   }
+}
+
+/** Put the item at the left of the status bar, shown as the settings say. */
+export function addStatusItem(
+  statusBar: IStatusBar,
+  id: string,
+  model: GpuModel,
+  open: () => void
+): void {
+  statusBar.registerStatusItem(id, {
+    item: new GpuStatus(model, open),
+    align: 'left',
+    rank: 50,
+    isActive: () => model.settings.showStatusBar,
+    activeStateChanged: model.stateChanged
+  });
 }
