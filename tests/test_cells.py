@@ -1,37 +1,33 @@
-"""The per-cell GPU timeline without a GPU: what a cell's record says (pure), what a kernel records
-(a real IPython shell over a fake torch and simulated NVML), and what the server takes from a
-timeline file that anyone could have tampered with.
+"""The per-cell GPU timeline without a GPU: what a cell's record says (pure), and what a kernel
+records (a real IPython shell over a fake torch and simulated NVML).
 
-The real server and kernel are in test_cell_timeline_server.py; the GPU figures are checked
-against torch on an H200 in test_cell_timeline_gpu.py.
+What the server takes from a timeline file and how it serves it is in test_cell_history.py, the
+real server and kernel in test_cell_timeline_server.py; the GPU figures are checked against
+torch on an H200 in test_cell_timeline_gpu.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from _fake_torch import UUID0, FakeCuda, install
 from IPython.utils.capture import capture_output
+from support.cell_records import KERNEL_ID, document, record
 from test_gpu_mem import OOM_TEXT, _shell, nvml, other_process  # noqa: F401 (fixtures)
 
-from jupyter_gpu.analysis import cells as cells_module
 from jupyter_gpu.analysis.cells import (
     MAX_CELLS,
     DeviceReading,
-    cell_record,
     cells_file_name,
     device_change,
     outcome,
     validate,
 )
 from jupyter_gpu.kernel import memory_magic, oom, timeline
-from jupyter_gpu.server.cell_history import NOT_LOADED, CellHistory
 
 GiB = 1024**3
-KID = "6f1c3a52-1b7e-4c55-9d1a-3f4b2a9e0c11"
 
 
 def reading(allocated: int, peak: int, *, reserved: int = 0, ooms: int = 0, process: int | None = 0):
@@ -97,68 +93,49 @@ def test_outcomes(error, ooms_rose, expected):
     assert outcome(error, ooms_rose) == expected
 
 
-def _record(seq: int = 0, **changes) -> dict:
-    fields = dict(
-        seq=seq,
-        execution_count=seq + 1,
-        cell_id="a1b2c3",
-        start=1_700_000_000.0 + seq,
-        end=1_700_000_000.5 + seq,
-        wall_seconds=0.5,
-        error=None,
-        before={},
-        after={},
-    )
-    return cell_record(**{**fields, **changes})
-
-
 def test_a_cell_id_that_is_not_one_is_dropped():
-    assert _record(cell_id="../../etc")["cell_id"] is None
-    assert _record(cell_id="x" * 65)["cell_id"] is None
-
-
-def _doc(cells: list[dict], **changes) -> dict:
-    return {"version": 1, "kernel_id": KID, "pid": os.getpid(), "time": 1.0, "cells": cells, **changes}
+    assert record(cell_id="../../etc")["cell_id"] is None
+    assert record(cell_id="x" * 65)["cell_id"] is None
 
 
 def test_the_kernels_own_records_pass_validation():
-    cells = [_record(0), _record(1, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})]
-    clean, reason = validate(_doc(cells), KID)
+    cells = [record(0), record(1, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})]
+    clean, reason = validate(document(cells), KERNEL_ID)
     assert reason is None and clean["cells"] == cells
 
 
 def _gpu_cell(**gpu_changes) -> dict:
-    record = _record(0, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})
-    record["gpus"][0].update(gpu_changes)
-    return record
+    cell = record(0, before={0: reading(0, 0)}, after={0: reading(GiB, GiB)})
+    cell["gpus"][0].update(gpu_changes)
+    return cell
 
 
 @pytest.mark.parametrize(
     ("doc", "reason"),
     [
-        (_doc([], kernel_id="another-kernel"), "kernel_id does not match"),
-        (_doc([], version=True), "unsupported version"),
-        (_doc([], pid=0), "pid is not"),
-        (_doc([_record(0)] * (MAX_CELLS + 1)), "at most 1000"),
-        (_doc([_record(1), _record(0)]), "increasing seq"),
-        (_doc([{**_record(0), "outcome": "fine"}]), "outcome"),
-        (_doc([{**_record(0), "start": float("inf")}]), "start is not"),
-        (_doc([{**_record(0), "end": 1.0}]), "ends before it starts"),
-        (_doc([{**_record(0), "cell_id": "<script>"}]), "cell_id"),
-        (_doc([{**_record(0), "execution_count": True}]), "execution_count"),
-        (_doc([_gpu_cell(allocated_bytes=2**60)]), "allocated_bytes"),
-        (_doc([_gpu_cell(allocated_change_bytes=-(2**60))]), "allocated_change_bytes"),
-        (_doc([_gpu_cell(peak_at_most_bytes=GiB)]), "exactly one of"),
-        (_doc([_gpu_cell(index=64)]), "gpu index"),
-        (_doc([{**_gpu_cell(), "gpus": [_gpu_cell()["gpus"][0]] * 2}]), "listed twice"),
-        (_doc([{**_record(0), "ranks": [{"rank": 0, "gpus": []}] * 2}]), "rank 0 is listed twice"),
-        (_doc([{**_record(0), "ranks": [{"rank": r, "gpus": []} for r in range(65)]}]), "at most 64"),
-        (_doc([{**_record(0), "ranks": [{"rank": 0, "gpus": [{"index": 0}]}]}]), "allocated_bytes"),
+        (document([], kernel_id="another-kernel"), "kernel_id does not match"),
+        (document([], version=True), "unsupported version"),
+        (document([], pid=0), "pid is not"),
+        (document([record(0)] * (MAX_CELLS + 1)), "at most 1000"),
+        (document([record(1), record(0)]), "increasing seq"),
+        (document([{**record(0), "outcome": "fine"}]), "outcome"),
+        (document([{**record(0), "start": float("inf")}]), "start is not"),
+        (document([{**record(0), "end": 1.0}]), "ends before it starts"),
+        (document([{**record(0), "cell_id": "<script>"}]), "cell_id"),
+        (document([{**record(0), "execution_count": True}]), "execution_count"),
+        (document([_gpu_cell(allocated_bytes=2**60)]), "allocated_bytes"),
+        (document([_gpu_cell(allocated_change_bytes=-(2**60))]), "allocated_change_bytes"),
+        (document([_gpu_cell(peak_at_most_bytes=GiB)]), "exactly one of"),
+        (document([_gpu_cell(index=64)]), "gpu index"),
+        (document([{**_gpu_cell(), "gpus": [_gpu_cell()["gpus"][0]] * 2}]), "listed twice"),
+        (document([{**record(0), "ranks": [{"rank": 0, "gpus": []}] * 2}]), "rank 0 is listed twice"),
+        (document([{**record(0), "ranks": [{"rank": r, "gpus": []} for r in range(65)]}]), "at most 64"),
+        (document([{**record(0), "ranks": [{"rank": 0, "gpus": [{"index": 0}]}]}]), "allocated_bytes"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_a_tampered_file_is_refused_with_the_reason(doc, reason):
-    clean, why = validate(json.loads(json.dumps(doc)), KID)
+    clean, why = validate(json.loads(json.dumps(doc)), KERNEL_ID)
     assert clean is None and reason in why
 
 
@@ -302,7 +279,7 @@ def test_the_kernel_keeps_the_last_1000_cells(ip):
 
 
 def test_the_file_keeps_the_newest_cells_that_fit(tmp_path, monkeypatch):
-    tl = timeline.CellTimeline(tmp_path / cells_file_name(KID), KID)
+    tl = timeline.CellTimeline(tmp_path / cells_file_name(KERNEL_ID), KERNEL_ID)
     for _ in range(50):
         tl.pre_run_cell(None)
         tl.post_run_cell(None)
@@ -311,96 +288,8 @@ def test_the_file_keeps_the_newest_cells_that_fit(tmp_path, monkeypatch):
     tl.publish()
     data = tl.path.read_bytes()
     assert len(data) <= len(whole) // 2
-    clean, reason = validate(json.loads(data), KID)
+    clean, reason = validate(json.loads(data), KERNEL_ID)
     assert reason is None and clean["cells"][-1]["seq"] == 49 and 0 < len(clean["cells"]) < 50
     assert oct(tl.path.stat().st_mode & 0o777) == "0o600"
     tl.stop()
     assert not tl.path.exists()
-
-
-# -- what the server takes -------------------------------------------------------------------
-
-
-def _write(path: Path, doc: dict | bytes) -> Path:
-    path.write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture
-def runtime(tmp_path) -> Path:
-    return tmp_path
-
-
-def _file(runtime: Path) -> Path:
-    return runtime / cells_file_name(KID)
-
-
-def test_the_server_takes_new_cells_once_and_keeps_them_across_a_restart(runtime):
-    history = CellHistory()
-    assert history.cells(KID) == ([], NOT_LOADED)
-    _write(_file(runtime), _doc([_record(0), _record(1)]))
-    history.ingest(runtime, KID, os.getpid())
-    _write(_file(runtime), _doc([_record(0), _record(1), _record(2)]))
-    history.ingest(runtime, KID, os.getpid())
-    cells, reason = history.cells(KID)
-    assert reason is None and [c["seq"] for c in cells] == [0, 1, 2]
-    # The kernel restarts: a new process, counting from 0 again; the earlier cells stay.
-    _write(_file(runtime), _doc([_record(0)], pid=os.getpid() + 1))
-    history.ingest(runtime, KID, os.getpid() + 1)
-    assert [(c["pid"], c["seq"]) for c in history.cells(KID)[0]] == [
-        *((os.getpid(), s) for s in (0, 1, 2)),
-        (os.getpid() + 1, 0),
-    ]
-    _file(runtime).unlink()  # the kernel idles, or its process is gone: nothing is lost
-    history.ingest(runtime, KID, os.getpid() + 1)
-    assert len(history.cells(KID)[0]) == 4
-    history.keep_only(set())  # shut down
-    assert history.cells(KID) == ([], NOT_LOADED)
-
-
-def _attacks(runtime: Path) -> dict[str, tuple[callable, str]]:
-    return {
-        "another kernel's cells under this kernel's name": (
-            lambda: _write(_file(runtime), _doc([_record(5)], kernel_id="other-kernel")),
-            "kernel_id does not match",
-        ),
-        "a process that is not the kernel": (
-            lambda: _write(_file(runtime), _doc([_record(5)], pid=os.getpid() + 7)),
-            f"written by process {os.getpid() + 7}",
-        ),
-        "a file others may write": (
-            lambda: _write(_file(runtime), _doc([_record(5)])).chmod(0o666),
-            "writable by other users",
-        ),
-        "a symlink to a file of the attacker's choosing": (
-            lambda: _file(runtime).symlink_to(_write(runtime / "planted.json", _doc([_record(5)]))),
-            "is a symlink",
-        ),
-        "a huge file": (
-            lambda: _write(_file(runtime), b" " * (cells_module.MAX_BYTES + 1)),
-            "is larger than",
-        ),
-        "not JSON": (lambda: _write(_file(runtime), b'{"version": 1, "cells": [NaN'), "not valid JSON"),
-        "numbers past 2**53": (
-            lambda: _write(_file(runtime), _doc([_gpu_cell(reserved_change_bytes=10**400)])),
-            "reserved_change_bytes",
-        ),
-    }
-
-
-@pytest.mark.parametrize(
-    "attack",
-    list(_attacks(Path("/nonexistent"))),
-)
-def test_a_planted_or_broken_file_changes_nothing_and_says_why(runtime, attack):
-    history = CellHistory()
-    _write(_file(runtime), _doc([_record(0)]))
-    history.ingest(runtime, KID, os.getpid())
-    _file(runtime).unlink()
-    plant, reason = _attacks(runtime)[attack]
-    plant()
-    history.ingest(runtime, KID, os.getpid())
-    cells, why = history.cells(KID)
-    assert [c["seq"] for c in cells] == [0]
-    assert why is not None and reason in why

@@ -2,9 +2,14 @@
 
 The kernel reads its allocator (and NVML) as a cell starts and as it ends
 (``kernel/timeline.py``); ``cell_record`` turns the two readings into the cell's record, and the
-kernel writes its last ``MAX_CELLS`` records to ``jupyter_gpu-cells-<kernel id>.json`` beside
-its connection file. The server checks that file with ``validate`` (it trusts nothing in it) and
+kernel writes its last records (``MAX_CELLS``, or as many as fit in ``MAX_BYTES``) to
+``jupyter_gpu-cells-<kernel id>.json`` beside its connection file. The server checks that file with ``validate`` (it trusts nothing in it) and
 keeps the cells for the kernel's life. Pure functions only, so that all of it tests without a GPU.
+
+Every field of a record is bounded (numbers within ±2**53, a cell id of 64 characters, a GPU
+UUID of 128, at most ``MAX_RECORD_GPUS`` GPU figures in all), so that one record, written by
+the kernel or by anything else that runs as this user, holds at most ``MAX_RECORD_BYTES`` of
+JSON: the server keeps 1,000 of them per kernel, and serves them a bounded page at a time.
 
 A cell's peak: torch keeps one peak per device since the last ``reset_peak_memory_stats()``,
 and resetting it would change what ``torch.cuda.max_memory_allocated()`` means in the user's
@@ -17,9 +22,9 @@ water, the ones that matter when it fills up, are always exact.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .bounded import MAX_COUNT, is_int, is_number
 from .stats_file import KERNEL_ID, MAX_DEVICES, MAX_PID
@@ -28,15 +33,25 @@ VERSION = 1
 FILE_PREFIX = "jupyter_gpu-cells-"
 # Kept by the kernel and by the server, per kernel.
 MAX_CELLS = 1000
-# 1,000 cells on 8 GPUs is ~1.3 MB; the kernel drops its oldest cells to stay below this.
-MAX_BYTES = 4 * 1024 * 1024
+# The file's size: the kernel drops its oldest cells to stay below it (~1,000 cells on one GPU,
+# ~500 on 8; the server has taken the older ones from earlier writes, and keeps 1,000). json's
+# C decoder holds the GIL while it parses, so this also bounds how long the server's event loop
+# waits on a file (~25 ms per MiB on a busy 2-core VM).
+MAX_BYTES = 1024 * 1024
 # nbformat 4.5 cell ids: 1 to 64 of these characters.
 CELL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Ranks of one node whose figures a DDP cell's record keeps (kernel/ddp/args.py allows 64 per node).
 MAX_RANKS = 64
+# GPU figures one record may hold, its own and its ranks' together: each device of the kernel,
+# and one device per rank (a rank that uses several leaves room for fewer ranks).
+MAX_RECORD_GPUS = MAX_DEVICES + MAX_RANKS
+# What the bounds above allow a record's JSON at most (the server's reply adds its pid):
+# ~420 bytes per GPU figure with the longest UUID and numbers (tests/test_cell_history.py).
+MAX_RECORD_BYTES = 64 * 1024
 # Changes may be negative (a cell that frees memory); bounded like every count.
 MAX_CHANGE = MAX_COUNT
 
+T = TypeVar("T")
 Outcome = Literal["ok", "error", "oom", "interrupted"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "error", "oom", "interrupted")
 
@@ -128,8 +143,16 @@ def cell_record(
 ) -> dict[str, Any]:
     """The record of one cell. ``before``/``after`` map device index to reading; both are empty
     when the cell ran without CUDA, and then the record has no GPU figures. ``ranks``: for a
-    DDP cell, ``{"rank", "gpus"}`` per rank, each rank's own ``device_change`` figures."""
+    DDP cell, ``{"rank", "gpus"}`` per rank, each rank's own ``device_change`` figures; the
+    ranks past ``MAX_RANKS`` or ``MAX_RECORD_GPUS`` are left out, so the server takes the record."""
     ooms_rose = any(r.ooms > (before[i].ooms if i in before else 0) for i, r in after.items())
+    gpus = [device_change(before.get(i), after[i]) for i in sorted(after)]
+    room, kept = MAX_RECORD_GPUS - len(gpus), []
+    for rank in ranks[:MAX_RANKS]:
+        room -= len(rank["gpus"])
+        if room < 0:
+            break
+        kept.append(rank)
     return {
         "seq": seq,
         "execution_count": execution_count,
@@ -138,8 +161,8 @@ def cell_record(
         "end": end,
         "wall_seconds": wall_seconds,
         "outcome": outcome(error, ooms_rose),
-        "gpus": [device_change(before.get(i), after[i]) for i in sorted(after)],
-        "ranks": list(ranks),
+        "gpus": gpus,
+        "ranks": kept,
     }
 
 
@@ -184,12 +207,14 @@ def _gpus(raw: Any) -> tuple[list[dict[str, Any]] | None, str | None]:
     if not isinstance(raw, list) or len(raw) > MAX_DEVICES:
         return None, f"gpus is not a list of at most {MAX_DEVICES} entries"
     clean: list[dict[str, Any]] = []
+    indices: set[int] = set()
     for entry in raw:
         gpu, reason = _gpu(entry)
         if gpu is None:
             return None, reason
-        if any(g["index"] == gpu["index"] for g in clean):
+        if gpu["index"] in indices:
             return None, f"gpu {gpu['index']} is listed twice in a cell"
+        indices.add(gpu["index"])
         clean.append(gpu)
     return clean, None
 
@@ -218,14 +243,20 @@ def _cell(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(ranks, list) or len(ranks) > MAX_RANKS:
         return None, f"ranks is not a list of at most {MAX_RANKS} entries"
     clean_ranks: list[dict[str, Any]] = []
+    numbers: set[int] = set()
+    room = MAX_RECORD_GPUS - len(gpus)
     for entry in ranks:
         if not isinstance(entry, dict) or not is_int(entry.get("rank"), 0, MAX_COUNT):
             return None, "a rank entry has no rank number"
-        if any(r["rank"] == entry["rank"] for r in clean_ranks):
+        if entry["rank"] in numbers:
             return None, f"rank {entry['rank']} is listed twice in a cell"
+        numbers.add(entry["rank"])
         rank_gpus, reason = _gpus(entry.get("gpus"))
         if rank_gpus is None:
             return None, reason
+        room -= len(rank_gpus)
+        if room < 0:
+            return None, f"a cell holds more than {MAX_RECORD_GPUS} gpu entries, its own and its ranks'"
         clean_ranks.append({"rank": entry["rank"], "gpus": rank_gpus})
     return {
         "seq": raw["seq"],
@@ -268,22 +299,35 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
 # -- what users read -------------------------------------------------------------------------
 
 
+def left_bytes(cell: dict[str, Any]) -> int:
+    """What the cell left allocated as it ended, summed over its GPUs (negative: it freed)."""
+    return sum(g["allocated_change_bytes"] for g in cell["gpus"])
+
+
+def exact_peak(cell: dict[str, Any]) -> int | None:
+    """The cell's highest exact peak over its GPUs; None when it raised no GPU's peak."""
+    return max(
+        (g["peak_allocated_bytes"] for g in cell["gpus"] if g["peak_allocated_bytes"] is not None),
+        default=None,
+    )
+
+
+def top(scored: Iterable[tuple[T, int | None]], limit: int = 5) -> list[tuple[T, int]]:
+    """The items with the highest positive figures, highest first (the earlier first among equals)."""
+    ranked = [(item, figure) for item, figure in scored if figure is not None and figure > 0]
+    return sorted(ranked, key=lambda pair: -pair[1])[:limit]
+
+
 def holders_now(cells: list[dict[str, Any]], limit: int = 5) -> list[tuple[dict[str, Any], int]]:
     """The cells that left the most memory allocated, largest first: (cell, bytes left summed
     over its GPUs). What a cell left may since have been freed by a later cell; this is what
     each one added as it ended, the best the allocator's totals can say without tracing."""
-    left = [(c, sum(g["allocated_change_bytes"] for g in c["gpus"])) for c in cells]
-    return sorted((item for item in left if item[1] > 0), key=lambda item: -item[1])[:limit]
+    return top(((c, left_bytes(c)) for c in cells), limit)
 
 
 def largest_peaks(cells: list[dict[str, Any]], limit: int = 5) -> list[tuple[dict[str, Any], int]]:
     """The cells with the highest exact peaks (on any of their GPUs), highest first."""
-    peaks = [
-        (c, max(g["peak_allocated_bytes"] for g in c["gpus"] if g["peak_allocated_bytes"] is not None))
-        for c in cells
-        if any(g["peak_allocated_bytes"] is not None for g in c["gpus"])
-    ]
-    return sorted(peaks, key=lambda item: -item[1])[:limit]
+    return top(((c, exact_peak(c)) for c in cells), limit)
 
 
 def cell_label(cell: dict[str, Any]) -> str:

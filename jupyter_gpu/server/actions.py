@@ -26,7 +26,12 @@ class ActionRefused(Exception):
 async def free_cache(kernel: Any, kernel_id: str, timeout: float = TIMEOUT) -> dict[str, Any]:
     """The kernel's answer to a comm opened to its free-cache target; ``ActionRefused`` when
     it has no such target or does not answer within ``timeout`` seconds."""
-    client = kernel.client()
+    # A session id of its own: a client made with the manager's session has the zmq identity of
+    # every other such client in this server (a notebook's server-side execution, or a second
+    # click), and the kernel's shell socket cannot tell them apart; one of them stops hearing back.
+    session = kernel.session.clone()
+    session.session = uuid.uuid4().hex
+    client = kernel.client(session=session)
     client.start_channels()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analysis.idle import IDLE_STATES, CullPolicy, cull_action
 from ..analysis.units import format_bytes, format_duration
-from .kernels import KernelView, unix_time
+from .kernels import KernelView, kernel_model, unix_time
 
 EVENT_SCHEMA = Path(__file__).parent / "events" / "kernel_culled.json"
 EVENT_ID = "https://jupyter-gpu.readthedocs.io/events/kernel-culled"
@@ -66,16 +66,15 @@ class Culler:
             if action == "warn":
                 self.warned.add(kernel["id"])
                 self._tell("warn", kernel, remaining or 0.0)
-            elif action == "cull" and self._still_idle(kernel):
+            elif action == "cull" and await self._still_idle(kernel):
                 self.warned.discard(kernel["id"])
                 await self.kernel_manager.shutdown_kernel(kernel["id"])
                 self._tell("cull", kernel, 0.0)
 
-    def _still_idle(self, kernel: dict[str, Any]) -> bool:
+    async def _still_idle(self, kernel: dict[str, Any]) -> bool:
         """Nothing happened in the kernel since the view was made (a cell may have started)."""
-        try:
-            model = self.kernel_manager.kernel_model(kernel["id"])
-        except Exception:  # gone already
+        model = await kernel_model(self.kernel_manager, kernel["id"])
+        if model is None:  # gone already
             return False
         activity = unix_time(model.get("last_activity"))
         return model.get("execution_state") in IDLE_STATES and activity == kernel["last_activity"]

@@ -3,6 +3,11 @@
 Runs on the event loop and does no blocking I/O there: the kernel manager answers from memory,
 the session manager from its in-process database, the process metadata was gathered by the
 sampler thread, and the kernels' allocator stats and timeline files are read on a worker thread.
+
+Kernels come and go while it runs: one listed may be shut down by the time it is asked about
+(left out), and one still starting has no activity yet, for which jupyter_server's
+``kernel_model`` raises (listed as 'starting'). ``kernel_model`` here is the one way the
+extension asks the manager about a kernel.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Any
 import psutil
 from jupyter_core.utils import ensure_async
 from tornado import web
+from traitlets import TraitError
 
-from ..analysis.cells import holders_now, largest_peaks
 from ..analysis.idle import CullPolicy, cull_in, idle_holding, idle_seconds
 from .attribution import KernelRef, attribute
 from .cell_history import CellHistory
@@ -31,6 +36,22 @@ def _kernel_pid(kernel: Any) -> int | None:
     """Only local kernels have a PID (remote and gateway provisioners have none)."""
     pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
     return pid if isinstance(pid, int) else None
+
+
+async def kernel_model(kernel_manager: Any, kernel_id: str) -> dict[str, Any] | None:
+    """The kernel manager's model of a kernel (``execution_state``, ``last_activity``,
+    ``connections``), None once the kernel is gone.
+
+    jupyter_server lists a kernel as soon as its process has started, a moment before it sets
+    the kernel's ``last_activity``; its ``kernel_model`` raises for the kernel until then (a
+    TraitError; an AttributeError where the attribute is missing). Such a kernel is starting.
+    """
+    try:
+        return await ensure_async(kernel_manager.kernel_model(kernel_id))
+    except (KeyError, web.HTTPError):  # shut down since it was listed
+        return None
+    except (TraitError, AttributeError):
+        return {"id": kernel_id, "execution_state": "starting", "last_activity": None, "connections": 0}
 
 
 def unix_time(iso: Any) -> float | None:
@@ -71,12 +92,11 @@ class KernelView:
         paths = {s["kernel"]["id"]: s.get("path") for s in sessions if s.get("kernel")}
         refs = []
         for kernel_id in self.kernel_manager.list_kernel_ids():
-            try:
-                kernel = self.kernel_manager.get_kernel(kernel_id)
-                # The manager's own model: activity and connections as its culler sees them.
-                model = self.kernel_manager.kernel_model(kernel_id)
-            except (KeyError, web.HTTPError):  # shut down since list_kernel_ids()
-                continue
+            # The manager's own model: activity and connections as its culler sees them.
+            model = await kernel_model(self.kernel_manager, kernel_id)
+            if model is None or kernel_id not in self.kernel_manager:
+                continue  # shut down since list_kernel_ids()
+            kernel = self.kernel_manager.get_kernel(kernel_id)
             refs.append(
                 KernelRef(
                     id=kernel_id,
@@ -142,8 +162,9 @@ class KernelView:
             "cull_in_seconds": cull_in(self.cull_policy, idle, memory, kernel["connections"]),
         }
 
-    async def cells(self, kernel_id: str) -> dict[str, Any] | None:
-        """``GET api/gpu/kernels/<id>/cells``: the kernel's timeline; None for no such kernel."""
+    async def cells(self, kernel_id: str, since: int | None, limit: int) -> str | None:
+        """``GET api/gpu/kernels/<id>/cells``: a page of the kernel's timeline (``CellHistory.page``),
+        as the reply's body; None for no such kernel."""
         ref = next((r for r in await self.kernel_refs() if r.id == kernel_id), None)
         if ref is None:
             return None
@@ -151,17 +172,5 @@ class KernelView:
         await loop.run_in_executor(
             None, self.cell_history.ingest, self.kernel_manager.connection_dir, ref.id, ref.pid
         )
-        cells, reason = self.cell_history.cells(kernel_id)
-        return {
-            "version": VERSION,
-            "kernel_id": kernel_id,
-            "path": ref.path,
-            "reason": reason,
-            "cells": cells,
-            "most_left": _refs(holders_now(cells)),
-            "highest_peaks": _refs(largest_peaks(cells)),
-        }
-
-
-def _refs(ranked: list[tuple[dict[str, Any], int]]) -> list[dict[str, int]]:
-    return [{"pid": cell["pid"], "seq": cell["seq"], "bytes": n} for cell, n in ranked]
+        page = self.cell_history.page(kernel_id, since, limit)
+        return page.json({"version": VERSION, "kernel_id": kernel_id, "path": ref.path})
