@@ -13,8 +13,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.testing import globalipapp
 
-from jupyter_gpu.kernel.ddp import args
 from jupyter_gpu.ddp.abort import SECRET_ENV
+from jupyter_gpu.kernel.ddp import args
 from jupyter_gpu.kernel.ddp.magics import DDPMagics, register
 
 

@@ -15,10 +15,10 @@ from conftest import modules_after
 from jupyter_gpu.client import Server
 from jupyter_gpu.doctor import Status, diagnose, evaluate
 from jupyter_gpu.doctor.alloc_conf import parse_alloc_conf
-from jupyter_gpu.doctor.checks import arch_support, choose_build
 from jupyter_gpu.doctor.facts import Facts, ShmInfo, TorchInfo, gather, read_torch
 from jupyter_gpu.doctor.nvmlinfo import NvmlDevice, NvmlInfo
 from jupyter_gpu.doctor.servers import ServerProbe, probe_servers
+from jupyter_gpu.doctor.torch_builds import arch_support, choose_build
 
 READINGS = json.loads((Path(__file__).parent / "fixtures" / "nvml_readings_2gpu.json").read_text())
 CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]

@@ -20,7 +20,7 @@ from test_server_stats_files import publish, stats_doc
 from jupyter_gpu.cli import main as cli_main
 from jupyter_gpu.monitoring import DASHBOARD, RULES
 from jupyter_gpu.nvml import NvmlReader
-from jupyter_gpu.nvml.reader import CLOCK_THROTTLE_REASONS
+from jupyter_gpu.nvml.fields import CLOCK_THROTTLE_REASONS
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 from jupyter_gpu.server.metrics import kernel_allocators, kernel_memory
 from jupyter_gpu.server.schema import load

@@ -14,7 +14,7 @@ from test_gpu_server import nvidia_smi
 from test_metrics import parse
 from test_server_api import get, wait_for
 
-from jupyter_gpu.nvml.reader import MEMORY_ERROR_FIELDS
+from jupyter_gpu.nvml.fields import MEMORY_ERROR_FIELDS
 
 pytestmark = pytest.mark.gpu
 MIB = 1024**2

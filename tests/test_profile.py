@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpu.analysis.profile import CELL_MARK, Facts, analyse, format_us
+from jupyter_gpu.analysis.profile import analyse
+from jupyter_gpu.analysis.profile_hints import Facts
+from jupyter_gpu.analysis.profile_trace import CELL_MARK
+from jupyter_gpu.analysis.units import format_us
 
 H200 = [{"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0}]
 BF16 = "c10::BFloat16"

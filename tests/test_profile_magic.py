@@ -21,7 +21,8 @@ from jupyter_client.manager import start_new_kernel  # noqa: E402
 from kernel_client import run  # noqa: E402
 from support.usage_error import one_usage_error  # noqa: E402
 
-from jupyter_gpu.analysis.profile import CELL_MARK, analyse  # noqa: E402
+from jupyter_gpu.analysis.profile import analyse  # noqa: E402
+from jupyter_gpu.analysis.profile_trace import CELL_MARK  # noqa: E402
 from jupyter_gpu.kernel import profile_magic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,6 @@
-"""Bytes as people read them, in one style for every surface: three significant figures in the
-largest binary unit that keeps the number below 1000 ("512 B", "3.00 GiB", "30.1 GiB", "140 GiB").
+"""Bytes and durations as people read them, in one style for every surface: three significant
+figures in the largest unit that keeps the number below 1000 ("512 B", "3.00 GiB", "140 GiB";
+"3.20 µs", "41.0 ms").
 
 The frontend's twin is ``labextension/src/format.ts``; ``tests/fixtures/byte_formats.json`` holds
 the table both must print alike. Numbers are rounded half away from zero as JavaScript's
@@ -93,3 +94,11 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 90 * 60:
         return f"{_js_round(seconds / 60)} min"
     return f"{_js_round(seconds / 3600)} h"
+
+
+def format_us(us: float) -> str:
+    """A span measured in µs (a kernel, a cell) in µs, ms or s: "3.20 µs", "41.0 ms", "1.50 s"."""
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale:
+            return f"{_three_figures(us / scale)} {unit}"
+    return f"{_three_figures(us)} µs"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .checks import Check, Status
+from .check import Check, Status
 from .diagnosis import Diagnosis, evaluate
 from .facts import Facts, gather
 

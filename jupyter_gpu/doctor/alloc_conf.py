@@ -3,12 +3,16 @@
 torch parses the variable when CUDA starts and stops at the first key it does not know or value it
 cannot read; by then the kernel is running and the error looks like a broken GPU. Reading the text
 here names the key before torch ever sees it. The option table follows torch 2.9–2.13's
-``AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` parsers.
+``AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` parsers. ``check_alloc_conf`` is the
+doctor's check of it; ``ALLOC_CONF_FIX`` is what other checks say when a failure comes from it.
 """
 
 from __future__ import annotations
 
 import re
+
+from .check import Check, Status, cuda_build
+from .facts import Facts
 
 BOOL_OPTIONS = {
     "expandable_segments",
@@ -31,6 +35,14 @@ OTHER_OPTIONS = {
     "per_process_memory_fraction",
 }
 KNOWN_OPTIONS = BOOL_OPTIONS | MB_OPTIONS | OTHER_OPTIONS
+EXPANDABLE_HINT = (
+    "For workloads whose tensor shapes vary (and fragment memory: see %gpu_mem), "
+    "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before CUDA starts lets segments grow in place."
+)
+ALLOC_CONF_FIX = (
+    "Caused by the allocator setting (see 'Allocator settings' below): correct or unset it, then restart "
+    "the kernel."
+)
 
 
 def _split_options(text: str) -> list[str]:
@@ -98,3 +110,59 @@ def alloc_conf_errors(env: dict[str, str]) -> list[str]:
         for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
         for e in parse_alloc_conf(env.get(name, ""))[1]
     ]
+
+
+def check_alloc_conf(f: Facts) -> Check | None:
+    """Read from the text alone, so it speaks even when torch could not be asked (a bad key can
+    stop torch before it answers)."""
+    title = "Allocator settings"
+    values = {k: f.env[k] for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if f.env.get(k)}
+    if not values:
+        if not cuda_build(f):
+            return None
+        return Check(
+            "alloc_conf",
+            title,
+            Status.OK,
+            "PYTORCH_CUDA_ALLOC_CONF not set: default caching allocator",
+            detail=EXPANDABLE_HINT,
+        )
+    if len(set(values.values())) > 1:
+        return Check(
+            "alloc_conf",
+            title,
+            Status.WARN,
+            "PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF differ; which one torch reads depends on "
+            "its version",
+            fix="Keep only one of them, then restart the kernel.",
+        )
+    name, text = next(iter(values.items()))
+    options, errors, doubts = parse_alloc_conf(text)
+    fix = (
+        f"Correct or unset {name} in the kernel's environment (`%env {name}=` before torch starts, "
+        "or the kernel spec's `env`), then restart the kernel. Options: "
+        "https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+    )
+    if errors:
+        return Check(
+            "alloc_conf",
+            title,
+            Status.FAIL,
+            f"{name}={text}: {errors[0]}",
+            fix=fix,
+            detail="\n".join(errors + doubts),
+        )
+    if doubts:
+        return Check(
+            "alloc_conf", title, Status.WARN, f"{name}={text}: {doubts[0]}", fix=fix, detail="\n".join(doubts)
+        )
+    if options.get("expandable_segments") == "True":
+        return Check(
+            "alloc_conf",
+            title,
+            Status.OK,
+            f"{name}={text}: segments grow in place, so varying shapes fragment memory less",
+            detail="The allocator's split statistics read 0 by design; %gpu_mem computes fragmentation "
+            "from the snapshot.",
+        )
+    return Check("alloc_conf", title, Status.OK, f"{name}={text}", detail=EXPANDABLE_HINT)

@@ -9,43 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import checks as c
+from . import driver_checks as d
 from . import envchecks as e
-from . import exposure as x
-from .checks import Check
+from . import server_checks as s
+from . import torch_checks as t
+from .alloc_conf import check_alloc_conf
+from .check import Check
 from .facts import Facts
 
 CHECKS: tuple[Callable[[Facts], Check | None], ...] = (
-    c.check_torch,
-    c.check_driver,
-    c.check_build,
-    c.check_driver_cuda,
-    c.check_visible_devices,
-    c.check_arch,
-    c.check_alloc_conf,
-    c.check_cuda,
-    c.check_ecc,
-    c.check_mig,
-    c.check_cudnn,
-    c.check_nccl,
+    t.check_torch,
+    d.check_driver,
+    t.check_build,
+    t.check_driver_cuda,
+    d.check_visible_devices,
+    t.check_arch,
+    check_alloc_conf,
+    t.check_cuda,
+    d.check_ecc,
+    d.check_mig,
+    t.check_cudnn,
+    t.check_nccl,
     e.check_nccl_ifname,
     e.check_gloo_ifname,
     e.check_nccl_transports,
     e.check_nccl_errors,
     e.check_nccl_debug,
     e.check_launch_blocking,
-    c.check_tf32,
-    c.check_module_loading,
-    c.check_shm,
+    t.check_tf32,
+    e.check_module_loading,
+    e.check_shm,
     e.check_dataloader_shm,
     e.check_open_files,
-    c.check_nvml_package,
+    d.check_nvml_package,
     e.check_nvidia_smi,
-    c.check_server,
-    x.check_server_auth,
-    x.check_server_tls,
-    x.check_server_origin,
-    x.check_server_xsrf,
+    s.check_server,
+    s.check_server_auth,
+    s.check_server_tls,
+    s.check_server_origin,
+    s.check_server_xsrf,
     e.check_root,
 )
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..report import Report, Reportable, Row, Section
+from .check import Check, Status, count_names
 from .checklist import run_checks
-from .checks import Check, Status, count_names
 from .facts import Facts
 
 _SEVERITY = {Status.OK: 0, Status.INFO: 1, Status.WARN: 2, Status.FAIL: 3}

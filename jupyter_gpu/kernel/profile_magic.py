@@ -24,7 +24,9 @@ from IPython.core.magic import cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..analysis.profile import CELL_MARK, Facts, Profile, analyse
+from ..analysis.profile import Profile, analyse
+from ..analysis.profile_hints import Facts
+from ..analysis.profile_trace import CELL_MARK
 from .cellexec import run_source
 from .extension import ShellMagics, cell_number, unregister_magics
 from .magic_args import parse as parse_args

@@ -6,7 +6,8 @@ Every reading is a pair ``(values, unsupported)``: a field that cannot be read i
 
 Calls that exist in several versions (memory info v2 and v1, process lists v3 and v2) are tried
 newest first once per reader, and the version the driver answered is kept, as nvitop's libnvml
-does: an old driver costs one failed call per session, not one per sample.
+does: an old driver costs one failed call per session, not one per sample. Which fields there
+are, and how NVML's raw values become ours, is in ``fields``; what an error means, in ``errors``.
 """
 
 from __future__ import annotations
@@ -19,54 +20,19 @@ from typing import Any
 import pynvml
 
 from .errors import FATAL_CODES, LOST_CODES, MISSING_VERSION_CODES, code_of, field_reason, problem
+from .fields import (
+    FIELD_VALUES,
+    PCIE_FIELDS,
+    as_text,
+    clock_reasons,
+    cuda_version_text,
+    field_value,
+    milli,
+)
 from .reasons import PROBLEMS, Problem
 
 Values = dict[str, Any]
 Unsupported = dict[str, str]
-
-# NVML's clocks event reasons (called throttle reasons before driver 535): bit, name.
-CLOCK_THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
-    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"),
-    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap"),
-    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
-    (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost"),
-    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"),
-    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown"),
-    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
-    (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
-)
-# ECC error counts, retired pages (before Ampere) and remapped rows (Ampere on): name, NVML field.
-MEMORY_ERROR_FIELDS: tuple[tuple[str, int], ...] = (
-    ("ecc_corrected_volatile", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL),
-    ("ecc_uncorrected_volatile", pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL),
-    ("ecc_corrected_aggregate", pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL),
-    ("ecc_uncorrected_aggregate", pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL),
-    ("retired_pages_single_bit", pynvml.NVML_FI_DEV_RETIRED_SBE),
-    ("retired_pages_double_bit", pynvml.NVML_FI_DEV_RETIRED_DBE),
-    ("retired_pages_pending", pynvml.NVML_FI_DEV_RETIRED_PENDING),
-    ("remapped_rows_correctable", pynvml.NVML_FI_DEV_REMAPPED_COR),
-    ("remapped_rows_uncorrectable", pynvml.NVML_FI_DEV_REMAPPED_UNC),
-    ("remapped_rows_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING),
-    ("remapped_rows_failed", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
-)
-# Read in one nvmlDeviceGetFieldValues call (a few ms) on the slow cadence. Memory temperature
-# has no getter of its own.
-FIELD_VALUES = (("memory_temperature_celsius", pynvml.NVML_FI_DEV_MEMORY_TEMP), *MEMORY_ERROR_FIELDS)
-_FLAG_FIELDS = frozenset({"retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed"})
-PCIE_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
-# What ``slow`` reads; null in a sample until its first reading.
-SLOW_FIELDS = (*PCIE_FIELDS, *(name for name, _ in FIELD_VALUES))
-# The union member of NVML's field value that each value type fills.
-_VALUE_MEMBERS = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
 
 
 class NvmlUnavailable(Exception):
@@ -81,15 +47,6 @@ class NvmlUnavailable(Exception):
 
 class GpuLost(Exception):
     """One GPU stopped answering (fallen off the bus, needs a reset)."""
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def cuda_version_text(version: int) -> str:
-    """NVML encodes CUDA 13.0 as 13000."""
-    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 class NvmlReader:
@@ -132,7 +89,7 @@ class NvmlReader:
     def system(self) -> Values:
         values: Values = {}
         unsupported: Unsupported = {}
-        self._field(values, unsupported, "driver_version", self.nvml.nvmlSystemGetDriverVersion, _text)
+        self._field(values, unsupported, "driver_version", self.nvml.nvmlSystemGetDriverVersion, as_text)
         self._field(
             values,
             unsupported,
@@ -147,9 +104,9 @@ class NvmlReader:
         nvml, h = self.nvml, self._handle(index)
         values: Values = {"index": index}
         unsupported: Unsupported = {}
-        self._field(values, unsupported, "uuid", lambda: nvml.nvmlDeviceGetUUID(h), _text)
-        self._field(values, unsupported, "name", lambda: nvml.nvmlDeviceGetName(h), _text)
-        self._field(values, unsupported, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(h).busId, _text)
+        self._field(values, unsupported, "uuid", lambda: nvml.nvmlDeviceGetUUID(h), as_text)
+        self._field(values, unsupported, "name", lambda: nvml.nvmlDeviceGetName(h), as_text)
+        self._field(values, unsupported, "pci_bus_id", lambda: nvml.nvmlDeviceGetPciInfo(h).busId, as_text)
         self._field(
             values,
             unsupported,
@@ -161,7 +118,7 @@ class NvmlReader:
             unsupported,
             "power_limit_watts",
             lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h),
-            _milli,
+            milli,
         )
         self._field(
             values,
@@ -214,11 +171,13 @@ class NvmlReader:
             "temperature_celsius",
             lambda: nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
         )
-        self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), _milli)
+        self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), milli)
         self._field(
-            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), _milli
+            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), milli
         )
-        self._field(values, unsupported, "clock_throttle_reasons", lambda: self._throttle_mask(h), _reasons)
+        self._field(
+            values, unsupported, "clock_throttle_reasons", lambda: self._throttle_mask(h), clock_reasons
+        )
         self._field(
             values,
             unsupported,
@@ -353,11 +312,11 @@ class NvmlReader:
                 failure = pynvml.NVMLError(answer.nvmlReturn)
                 self._raise_state(failure)
                 unsupported[name] = field_reason(failure)
-            elif answer.valueType not in _VALUE_MEMBERS:
-                unsupported[name] = f"read failed: unknown NVML value type {answer.valueType}"
             else:
-                value = getattr(answer.value, _VALUE_MEMBERS[answer.valueType])
-                values[name] = bool(value) if name in _FLAG_FIELDS else value
+                try:
+                    values[name] = field_value(name, answer)
+                except ValueError as error:
+                    unsupported[name] = f"read failed: {error}"
 
     def _processes(self, h: Any) -> list[Values]:
         nvml = self.nvml
@@ -393,12 +352,3 @@ class NvmlReader:
         if code in FATAL_CODES:
             self.close()
             raise NvmlUnavailable(problem(error), str(error)) from None
-
-
-def _milli(value: int) -> float:
-    return value / 1000.0
-
-
-def _reasons(mask: int) -> list[str]:
-    """The active clocks event reasons, by name, in NVML's bit order."""
-    return [name for bit, name in CLOCK_THROTTLE_REASONS if mask & bit]

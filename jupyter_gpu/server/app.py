@@ -38,7 +38,8 @@ class GPUMonitor(ExtensionApp):
     )
     simulated_readings = Unicode(
         config=True,
-        help="JSON file of NVML readings replayed by the simulated backend (by default a trace recorded on 2xH200, looping).",
+        help="JSON file of NVML readings replayed by the simulated backend, looping (by default "
+        "jupyter_gpu/nvml/h200_trace.json: 2.5 minutes recorded on one H200 during a PyTorch training run).",
     )
     interval = Float(1.0, min=0.05, config=True, help="Seconds between samples of the fast fields.")
     slow_interval = Float(

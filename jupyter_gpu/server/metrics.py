@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..nvml.reader import CLOCK_THROTTLE_REASONS
+from ..nvml.fields import CLOCK_THROTTLE_REASONS
 
 GPU_LABELS = ["gpu", "uuid"]
 # c.GPUMonitor.metrics_kernel_labels -> the kernel labels per-kernel series carry

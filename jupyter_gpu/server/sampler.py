@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
+from ..nvml.fields import MEMORY_ERROR_FIELDS, SLOW_FIELDS
 from ..nvml.processes import ProcessMeta, ProcessTable
-from ..nvml.reader import MEMORY_ERROR_FIELDS, SLOW_FIELDS
 from ..nvml.reasons import Problem, problem_of_kind
 
 # Only in the latest sample: memory error counts change rarely and would dominate the history's size.

@@ -1,15 +1,15 @@
-"""Is the Jupyter server this kernel belongs to open to others? A notebook server runs code as
-its user, so whoever reaches it without a token, or any web page its user visits while it
-answers foreign origins or skips the XSRF check, can run code as that user. Each finding comes
-from what the server did when asked as a stranger (``servers.probe_exposure``) and names the
-config line that closes it.
+"""Checks of the Jupyter server this kernel belongs to: does the GPU extension answer, and is
+the server open to others? A notebook server runs code as its user, so whoever reaches it
+without a token, or any web page its user visits while it answers foreign origins or skips the
+XSRF check, can run code as that user. Each exposure finding comes from what the server did when
+asked as a stranger (``servers.probe_exposure``) and names the config line that closes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .checks import Check, Status
+from .check import Check, Status
 from .facts import Facts
 from .servers import ROUTE, Exposure, beyond_loopback
 
@@ -23,6 +23,49 @@ def _probed(f: Facts, known: Callable[[Exposure], object]) -> tuple[str, Exposur
     if not f.servers or f.servers[0].exposure is None or known(f.servers[0].exposure) in (None, []):
         return None
     return f.servers[0].url.removesuffix(ROUTE), f.servers[0].exposure
+
+
+def check_server(f: Facts) -> Check | None:
+    title = "jupyter_gpu server extension"
+    if f.servers is None:
+        return None
+    if not f.servers:
+        return Check(
+            "server",
+            title,
+            Status.INFO,
+            "no running Jupyter server found from here (a plain IPython, or a remote kernel)",
+        )
+    if any(s.status == 200 for s in f.servers):
+        url = next(s.url for s in f.servers if s.status == 200)
+        return Check("server", title, Status.OK, f"reachable: {url}")
+    s = f.servers[0]
+    if s.status == 404:
+        return Check(
+            "server",
+            title,
+            Status.WARN,
+            f"the server answers but has no GPU routes ({s.url} → 404)",
+            fix="`jupyter server extension enable jupyter_gpu`, then restart the server "
+            "(`jupyter server extension list` shows whether it loaded).",
+        )
+    if s.status in (401, 403):
+        return Check(
+            "server",
+            title,
+            Status.WARN,
+            f"the server refused this kernel's token ({s.url} → {s.status})",
+            fix="Open the notebook from that server, or check its authentication settings.",
+        )
+    # The client's error names the address itself, e.g. "cannot reach http://…: Connection refused".
+    what = s.error or f"could not reach {s.url}: HTTP {s.status}"
+    return Check(
+        "server",
+        title,
+        Status.WARN,
+        what,
+        fix="A stopped server may have left its runtime file behind; `jupyter server list` shows which run.",
+    )
 
 
 def check_server_auth(f: Facts) -> Check | None:

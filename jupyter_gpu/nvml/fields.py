@@ -1,0 +1,83 @@
+"""The NVML fields the reader reads, by our names, and how NVML's raw values become ours.
+
+Kept apart from the reader so that the server's metrics and sampler name the same fields (clock
+reasons, memory errors, the slow cadence's fields) without reading anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+
+# NVML's clocks event reasons (called throttle reasons before driver 535): bit, name.
+CLOCK_THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (pynvml.nvmlClocksEventReasonGpuIdle, "gpu_idle"),
+    (pynvml.nvmlClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"),
+    (pynvml.nvmlClocksEventReasonSwPowerCap, "sw_power_cap"),
+    (pynvml.nvmlClocksEventReasonHwSlowdown, "hw_slowdown"),
+    (pynvml.nvmlClocksEventReasonSyncBoost, "sync_boost"),
+    (pynvml.nvmlClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwThermalSlowdown, "hw_thermal_slowdown"),
+    (pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"),
+    (pynvml.nvmlClocksEventReasonDisplayClockSetting, "display_clock_setting"),
+)
+# ECC error counts, retired pages (before Ampere) and remapped rows (Ampere on): name, NVML field.
+MEMORY_ERROR_FIELDS: tuple[tuple[str, int], ...] = (
+    ("ecc_corrected_volatile", pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL),
+    ("ecc_uncorrected_volatile", pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL),
+    ("ecc_corrected_aggregate", pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL),
+    ("ecc_uncorrected_aggregate", pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL),
+    ("retired_pages_single_bit", pynvml.NVML_FI_DEV_RETIRED_SBE),
+    ("retired_pages_double_bit", pynvml.NVML_FI_DEV_RETIRED_DBE),
+    ("retired_pages_pending", pynvml.NVML_FI_DEV_RETIRED_PENDING),
+    ("remapped_rows_correctable", pynvml.NVML_FI_DEV_REMAPPED_COR),
+    ("remapped_rows_uncorrectable", pynvml.NVML_FI_DEV_REMAPPED_UNC),
+    ("remapped_rows_pending", pynvml.NVML_FI_DEV_REMAPPED_PENDING),
+    ("remapped_rows_failed", pynvml.NVML_FI_DEV_REMAPPED_FAILURE),
+)
+# Read in one nvmlDeviceGetFieldValues call (a few ms) on the slow cadence. Memory temperature
+# has no getter of its own.
+FIELD_VALUES = (("memory_temperature_celsius", pynvml.NVML_FI_DEV_MEMORY_TEMP), *MEMORY_ERROR_FIELDS)
+_FLAG_FIELDS = frozenset({"retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed"})
+PCIE_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
+# What ``slow`` reads; null in a sample until its first reading.
+SLOW_FIELDS = (*PCIE_FIELDS, *(name for name, _ in FIELD_VALUES))
+# The union member of NVML's field value that each value type fills.
+_VALUE_MEMBERS = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+
+def field_value(name: str, answer: Any) -> Any:
+    """The value of one successful ``nvmlFieldValue_t``; ValueError for a value type this code
+    does not know (a newer NVML's)."""
+    if answer.valueType not in _VALUE_MEMBERS:
+        raise ValueError(f"unknown NVML value type {answer.valueType}")
+    value = getattr(answer.value, _VALUE_MEMBERS[answer.valueType])
+    return bool(value) if name in _FLAG_FIELDS else value
+
+
+def as_text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def cuda_version_text(version: int) -> str:
+    """NVML encodes CUDA 13.0 as 13000."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def milli(value: int) -> float:
+    """NVML's milliwatts and millijoules in watts and joules."""
+    return value / 1000.0
+
+
+def clock_reasons(mask: int) -> list[str]:
+    """The active clocks event reasons, by name, in NVML's bit order."""
+    return [name for bit, name in CLOCK_THROTTLE_REASONS if mask & bit]
