@@ -15,8 +15,8 @@ reached the caller) and installs signal handlers for the whole run. Here:
   it is a signed abort (``abort.py``);
 * ``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
   kernel), redirects their output to per-rank files and records error files;
-* this module polls the store and the processes every few milliseconds, so a failure is seen as
-  soon as the failing rank reports it, and tears the ranks down with a short timeout.
+* this module wakes on each reply and looks at the processes every 50 ms, so a failure is seen
+  as soon as it is reported, and tears the ranks down with a short timeout.
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ from .torch_env import kept_signal_handlers, loopback_interface, quiet_torch_log
 SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
 # How long the kernel waits on the channel before it looks at the processes again.
 POLL_S = 0.05
+# A rank whose channel closed has this long to be seen dead, before it is named as silent.
+LOST_GRACE_S = 2.0
+# After a rank reported a failure: how long its peers are watched for a death behind it.
+FAILURE_GRACE_S = 0.15
 
 
 class Gang:
@@ -88,6 +92,7 @@ class Gang:
         self._next_seq = 1
         self._stderr: dict[int, str] = {}
         self.closed = False  # the processes are gone (or being torn down)
+        self._death: Death | None = None  # the rank whose failure ended them, once seen
         self.exited_cleanly = False
         self.return_values: dict[int, Any] = {}  # global rank -> what a function entry point returned
         self.keep_logs = False  # set when an error message points at them
@@ -207,7 +212,16 @@ class Gang:
             ):
                 if isinstance(reply, Reply) and reply.rank == self.ranks[i]:
                     got.replies[reply.rank] = reply
-            if len(got.replies) == len(self.ranks) or (stop_on_error and got.failures()):
+            lost = [r for r in self.ranks if r not in got.replies and local[r] in self.channel.lost]
+            if lost:  # a rank closed its end: it died (its peers' errors follow from that), or
+                # its channel was cut; either way it will not answer
+                got.death = self.death_soon(LOST_GRACE_S)
+                got.lost = [] if got.death is not None else lost
+                break
+            if stop_on_error and got.failures():
+                got.death = self._death_behind(seq, got)
+                break
+            if len(got.replies) == len(self.ranks):
                 break
             got.death = self.poll_death()
             if self.closed:
@@ -216,15 +230,28 @@ class Gang:
             if self._aborted():
                 got.aborted = True
                 break
-            lost = [self.ranks[i] for i in pending if i in self.channel.lost]
-            if lost:  # a rank closed its end: it is dying, or its channel was cut
-                got.death = self.death_soon(1.0)
-                got.lost = [] if got.death is not None else lost
-                break
             if deadline is not None and time.monotonic() >= deadline:
                 got.expired = True
                 break
         return got
+
+    def _death_behind(self, seq: int, got: Collected) -> Death | None:
+        """After a rank failed: a peer that died meanwhile, which is then the cause (its death
+        broke the others' collective). A dying rank's channel can close a little after its
+        peers already reported the broken collective, so it is watched for a moment."""
+        assert self.channel is not None
+        deadline = time.monotonic() + FAILURE_GRACE_S
+        while time.monotonic() < deadline and not self.closed:
+            pending = [i for i, r in enumerate(self.ranks) if r not in got.replies]
+            if any(i in self.channel.lost for i in pending):
+                return self.death_soon(LOST_GRACE_S)
+            death = self.poll_death()
+            if death is not None or not pending:
+                return death
+            for i, reply in self.channel.receive(seq, pending, 0.01):
+                if isinstance(reply, Reply) and reply.rank == self.ranks[i]:
+                    got.replies[reply.rank] = reply
+        return None
 
     def _late_replies(self, seq: int, got: Collected) -> dict[int, Reply]:
         assert self.channel is not None
@@ -247,7 +274,10 @@ class Gang:
         return {self.ranks[i]: pid for i, pid in self._pcontext.pids().items()}
 
     def poll_death(self) -> Death | None:
-        """The rank whose failure ended the processes, or None (running, or all exited with 0)."""
+        """The rank whose failure ended the processes, or None (running, or all exited with 0).
+        Once seen, always: a rank that dies right after one reply explains the next failure."""
+        if self.closed:
+            return self._death
         with quiet_torch_logs():
             result = self._pcontext.wait(0)
         if result is None:
@@ -263,13 +293,14 @@ class Gang:
         )
         first = failures[0]
         if first.exitcode == -signal.SIGTERM and (other := self._not_terminated()) is not None:
-            return other  # elastic reported a rank it terminated itself after the real one died
+            self._death = other  # elastic reported a rank it terminated after the real one died
+            return other
         rank = self.ranks[first.local_rank]
         sig = first.signal_name() if first.exitcode < 0 else None
         message = ""  # elastic's error file: written by record() for Python errors only
         if isinstance(first.message, dict):
             message = first.message.get("extraInfo", {}).get("py_callstack", "")
-        return Death(
+        self._death = Death(
             rank,
             first.pid,
             first.exitcode,
@@ -277,6 +308,7 @@ class Gang:
             message,
             tail(self._stderr.get(rank, "")),
         )
+        return self._death
 
     def _not_terminated(self) -> Death | None:
         """A rank that ended by itself (a signal other than SIGTERM, or an exit code)."""
@@ -302,12 +334,11 @@ class Gang:
     def death_soon(self, seconds: float = 0.1) -> Death | None:
         """A death seen within ``seconds``: the usual cause when a peer then fails in a collective."""
         deadline = time.monotonic() + seconds
-        while not self.closed:
+        while True:
             death = self.poll_death()
-            if death is not None or time.monotonic() >= deadline:
+            if death is not None or self.closed or time.monotonic() >= deadline:
                 return death
             time.sleep(0.01)
-        return None
 
     def interrupt(self, ranks: list[int]) -> None:
         """SIGINT to the given ranks: a running cell raises KeyboardInterrupt, an idle rank ignores it."""

@@ -101,8 +101,6 @@ def run_cell(
         for seq in (0, 1):  # 0: process group up (or not); 1: the cell
             got = gang.collect(seq, deadline)
             if report.incomplete(got, len(gang.ranks)):
-                if got.failures() and got.death is None:
-                    got.death = gang.death_soon()
                 raise _give_up(
                     gang, report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
                 )
