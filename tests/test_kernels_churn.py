@@ -92,6 +92,12 @@ async def test_a_free_cache_click_leaves_the_kernels_other_clients_connected(
     kernel_id = await start_notebook_kernel(jp_fetch, "clicked.ipynb")
     async with CellRunner(jp_serverapp.kernel_manager.get_kernel(kernel_id)) as cells:
         assert (await cells.run("%load_ext jupyter_gpu")).ok
+        kernel = jp_serverapp.kernel_manager.get_kernel(kernel_id)
+
+        async def idle() -> bool | None:  # the server hears the kernel's idle status a little later
+            return kernel.execution_state == "idle" or None
+
+        await wait_for("the server to see the kernel idle", idle)
         freed = await _answer(jp_fetch, "api", "gpu", "kernels", kernel_id, "free-cache", method="POST")
         assert freed.code == 200 and json.loads(freed.body)["freed_bytes"] == 0  # no CUDA here
         assert (await asyncio.wait_for(cells.run("1 + 1"), 30)).ok
