@@ -31,9 +31,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "tests" / "browser"))  # the browser tests' server and page helpers
+sys.path.insert(0, str(ROOT / "tests"))  # the browser tests' server and page helpers (tests/support/)
 
-from browser_support import CHROMIUM, CHROMIUM_ARGS, LabServer, open_gpu_panel, open_lab  # noqa: E402
+from support.browser import CHROMIUM, CHROMIUM_ARGS, LabServer, open_gpu_panel, open_lab  # noqa: E402
 
 TRACE = json.loads((ROOT / "jupyter_gpu" / "nvml" / "h200_trace.json").read_text())
 FRAMES_PROBE = """() => { window.__frames = []; window.__long = [];

@@ -3,7 +3,7 @@
     python benchmarks/hub_page.py [--servers 100] [--rounds 5] [--timeout 1.5]
 
 A hundred cheap tornado "user servers" behind one fake proxy answer the kernels and telemetry
-routes (tests/fake_fleet.py: every tenth slow by 0.5 s, one hung, one garbage, one of the wrong
+routes (tests/support/fake_fleet.py: every tenth slow by 0.5 s, one hung, one garbage, one of the wrong
 shape, one closing the connection), and a fake Hub API lists them. Each round builds the view
 once, as api/kernels does; the table gives the wall time per round and the rows per state.
 """
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fake_fleet import FakeFleet, mixed  # noqa: E402
+from support.fake_fleet import FakeFleet, mixed  # noqa: E402
 
 from jupyter_gpu.client import Server  # noqa: E402
 from jupyter_gpu.hub.fleet import Hub  # noqa: E402

@@ -31,9 +31,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
-sys.path.insert(0, str(ROOT / "tests"))  # the fixture-replaying stand-in torch
+sys.path.insert(0, str(ROOT / "tests"))  # the fixture-replaying stand-in torch (tests/support/)
 
-from _workloads import fragment  # noqa: E402
+from support.workloads import fragment  # noqa: E402
 from telemetry import table  # noqa: E402
 
 from jupyter_gpu.kernel.agent import KernelAgent  # noqa: E402
@@ -61,7 +61,7 @@ def publish_costs(runtime: Path, device: str) -> list[list[str]]:
     assert "torch" not in sys.modules, "run this before anything imports torch"
     row("torch not imported", agent.publish)
 
-    from _fake_torch import FakeCuda
+    from support.fake_torch import FakeCuda
 
     fake = types.ModuleType("torch")
     fake.cuda = FakeCuda()  # type: ignore[attr-defined]

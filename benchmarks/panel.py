@@ -23,9 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
-sys.path.insert(0, str(ROOT / "tests" / "browser"))  # the browser tests' server and page helpers
+sys.path.insert(0, str(ROOT / "tests"))  # the browser tests' server and page helpers (tests/support/)
 
-from browser_support import CHROMIUM, CHROMIUM_ARGS, LabServer, open_gpu_panel, open_lab  # noqa: E402
+from support.browser import CHROMIUM, CHROMIUM_ARGS, LabServer, open_gpu_panel, open_lab  # noqa: E402
 from telemetry import table  # noqa: E402
 
 RESTORED_PROBE = """const t = setInterval(() => { if (window.jupyterapp) { clearInterval(t);

@@ -1,52 +1,17 @@
-"""Shared fixtures: a real jupyter_server with the extension, demanding auth everywhere."""
+"""Shared fixtures and hooks: a real jupyter_server with the extension, demanding auth everywhere;
+the gpu marker skipped without a GPU. What the tests share besides is in the package ``support``
+(tests/support/); its modules that define fixtures are plugins, listed here."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
 
 import pytest
+from support.machine import HAS_GPU
+from support.paths import READINGS, ROOT
 
-T = TypeVar("T")
-
-ROOT = Path(__file__).parent.parent
-FIXTURES = Path(__file__).parent / "fixtures"
-READINGS = FIXTURES / "nvml_readings_2gpu.json"
-
-
-def modules_after(code: str, watched: tuple[str, ...]) -> list[str]:
-    """Which of ``watched`` a fresh interpreter has imported after running ``code`` (from the
-    repository root, so that it sees this checkout)."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-
-
-HAS_GPU = _has_gpu()
-
-
-def wait_until(what: str, check: Callable[[], T], timeout: float = 10.0) -> T:
-    """Poll ``check`` until it returns something true, and return that; fail naming ``what``
-    once ``timeout`` seconds have passed (a wait in a test never ends quietly)."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}", pytrace=False)
-        time.sleep(0.01)
-    return value
+# Fixtures of the support modules, for every test module (only the root conftest may list them).
+pytest_plugins = ["support.ddp_kernel", "support.ddp_checkpoints", "support.simulated_gpu"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

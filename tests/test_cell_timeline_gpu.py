@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
-from test_cell_timeline_server import get_cells, notebook
-from test_gpu_server import nvidia_smi
-from test_server_api import get, wait_for
+from support.jupyter_api import get, get_cells, notebook
+from support.machine import nvidia_smi
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 GiB = 1024**3

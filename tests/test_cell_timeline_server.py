@@ -4,29 +4,15 @@ while the kernel idles and gone when it is shut down."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
 import pytest
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from kernel_client import CellRunner
-from test_server_api import SCHEMAS, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import get_cells, notebook
+from support.waiting import wait_for
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu.analysis.cells import cells_file_name
-
-VALIDATOR = Draft202012Validator({"$ref": "cells.schema.json"}, registry=SCHEMAS)
-
-
-async def get_cells(jp_fetch, kernel_id: str) -> dict:
-    response = await jp_fetch("api", "gpu", "kernels", kernel_id, "cells")
-    body = json.loads(response.body)
-    error = best_match(VALIDATOR.iter_errors(body))
-    assert error is None, f"the cells reply breaks its schema at {error.json_path}: {error.message}"
-    return body
 
 
 async def first_cells(jp_fetch, kernel_id: str) -> dict:
@@ -37,15 +23,6 @@ async def first_cells(jp_fetch, kernel_id: str) -> dict:
         return body if body["cells"] else None
 
     return await wait_for(recorded, timeout=30)
-
-
-@contextlib.asynccontextmanager
-async def notebook(jp_fetch, jp_serverapp):
-    """A notebook's kernel with jupyter_gpu loaded, and a front end to run its cells."""
-    kernel_id = await start_notebook_kernel(jp_fetch, "course/timeline.ipynb")
-    async with CellRunner(jp_serverapp.kernel_manager.get_kernel(kernel_id)) as cells:
-        assert (await cells.run("%load_ext jupyter_gpu")).status == "ok"
-        yield kernel_id, cells
 
 
 async def test_the_route_lists_each_cell_with_its_number_cell_id_and_outcome(

@@ -12,10 +12,10 @@ import json
 import os
 
 import pytest
-from _fake_torch import UUID0, FakeCuda, install
 from IPython.utils.capture import capture_output
 from support.cell_records import KERNEL_ID, document, record
-from test_gpu_mem import OOM_TEXT, _shell, nvml, other_process  # noqa: F401 (fixtures)
+from support.fake_torch import OOM_TEXT, UUID0, FakeCuda, install
+from support.ipython_shell import shared_shell
 
 from jupyter_gpu.analysis.cells import (
     MAX_CELLS,
@@ -144,7 +144,7 @@ def test_a_tampered_file_is_refused_with_the_reason(doc, reason):
 
 @pytest.fixture
 def ip():
-    shell = _shell()
+    shell = shared_shell()
     undo = [timeline.register(shell), memory_magic.register(shell), oom.register(shell)]
     yield shell
     for remove in reversed(undo):

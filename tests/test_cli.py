@@ -14,17 +14,16 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import psutil
 import pytest
-from conftest import HAS_GPU, READINGS
-from test_server_kernels import children, kernel_on_gpu  # noqa: F401 -- children is a fixture
+from support.cli import ENV, cli, cli_together, gpu_status, one_line_error
+from support.machine import HAS_GPU, nvidia_smi
+from support.paths import READINGS, ROOT
+from support.simulated_gpu import kernel_on_gpu
 
 jsonschema = pytest.importorskip("jsonschema")
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the verdicts of a machine without a GPU")
 
 NULLABLE_STR = {"type": ["string", "null"]}
@@ -146,40 +145,6 @@ PREFLIGHT_SCHEMA = {
         },
     },
 }
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_gpu", *args],
-        capture_output=True,
-        text=True,
-        env=env or ENV,
-        timeout=timeout,
-    )
-
-
-def cli_together(*commands: tuple[str, ...], timeout: float = 120) -> list[subprocess.CompletedProcess]:
-    """Several commands at once: each spends seconds importing torch."""
-    started = [
-        subprocess.Popen(
-            [sys.executable, "-m", "jupyter_gpu", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=ENV,
-        )
-        for args in commands
-    ]
-    outputs = [p.communicate(timeout=timeout) for p in started]
-    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(started, outputs)]
-
-
-def one_line_error(done: subprocess.CompletedProcess) -> str:
-    """Bad input ends in one line on stderr: never a traceback."""
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 # -- arguments and entry points -----------------------------------------------------------------
@@ -436,32 +401,14 @@ async def test_status_names_the_notebook_whose_kernel_holds_gpu_memory(
     jp_http_port,
     jp_base_url,
     gpu_monitor,
-    children,  # noqa: F811
+    children,
 ):
     """A real kernel of a real server holds (simulated) memory on GPU 1 with a child process."""
     kernel_id, kernel_pid, child = await kernel_on_gpu(jp_fetch, gpu_monitor, children)
     await asyncio.sleep(0.3)  # a few samples of the simulated readings that now list them
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     token = jp_serverapp.identity_provider.token
-    results = []
-    for extra in (["--json"], []):
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "jupyter_gpu",
-            "status",
-            "--url",
-            url,
-            "--token",
-            token,
-            *extra,
-            env=ENV,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode == 0, err.decode()
-        results.append(out.decode())
+    results = [await gpu_status(url, token, *extra, env=ENV) for extra in (["--json"], [])]
     status = json.loads(results[0])
     jsonschema.validate(status, STATUS_SCHEMA)
     mine = [p for p in status["processes"] if p["kernel_id"] == kernel_id]
@@ -660,23 +607,13 @@ def test_preflight_verdict_names_each_problem():
 # -- on a GPU machine --------------------------------------------------------------------------
 
 
-def _nvidia_smi(query: str) -> list[list[str]]:
-    done = subprocess.run(
-        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.strip().splitlines()]
-
-
 @pytest.mark.gpu
 def test_status_agrees_with_nvidia_smi():
     done = cli("status", "--no-server", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     status = json.loads(done.stdout)
     jsonschema.validate(status, STATUS_SCHEMA)
-    smi = _nvidia_smi("index,uuid,name,memory.total")
+    smi = nvidia_smi("index,uuid,name,memory.total")
     assert [(g["index"], g["uuid"], g["name"]) for g in status["gpus"]] == [
         (int(i), u, n) for i, u, n, _ in smi
     ]
@@ -693,7 +630,7 @@ def test_doctor_and_warmup_pass_on_every_gpu():
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["cuda_ready"], report["verdict"]
     assert warmup.returncode == 0, warmup.stdout + warmup.stderr
-    count = len(_nvidia_smi("index"))
+    count = len(nvidia_smi("index"))
     assert all(f"cuda:{i} " in warmup.stdout for i in range(count)) and "FAILED" not in warmup.stdout
     warm = json.loads(as_json.stdout)
     assert as_json.returncode == 0 and warm["ok"] and len(warm["sections"]) == count
@@ -725,7 +662,7 @@ def test_preflight_bandwidth_agrees_with_a_torchrun_timing_of_the_same_transfer(
             "torch.distributed.run",
             "--standalone",
             f"--nproc-per-node={count}",
-            str(ROOT / "tests" / "_allreduce_reference.py"),
+            str(ROOT / "tests" / "support" / "allreduce_reference.py"),
             str(size_mib * 2**20),
             str(iterations),
         ],

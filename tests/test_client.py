@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from kernel_client import run_cell
-from test_cli import ENV, cli, one_line_error
-from test_server_api import get, wait_for
-from test_server_kernels import children, kernel_on_gpu  # noqa: F401 -- children is a fixture
+from support.cli import ENV, cli, one_line_error
+from support.jupyter_api import get
+from support.kernel_client import run_cell
+from support.simulated_gpu import kernel_on_gpu
+from support.waiting import wait_for
 
 from jupyter_gpu import client
 from jupyter_gpu.client import MAX_REPLY_BYTES, Server, ServerError, discover
@@ -84,7 +85,7 @@ async def test_the_labelling_request_of_a_kernel_goes_past_the_proxy(
     gpu_monitor,
     children,
     proxied,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ):
     """A real kernel of a real server, its environment full of proxies, names the notebook whose
     kernel holds memory on a GPU as %gpu_mem does; the proxy sees nothing of it."""

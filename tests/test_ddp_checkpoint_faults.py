@@ -15,14 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Kernel, ddp_kernel, rank_processes, wait_gone  # noqa: F401 - ddp_kernel is a fixture
-from conftest import wait_until
-from support.ddp_checkpoints import digest, error_of, kernel, ok, saved, start  # noqa: F401 - kernel: fixture
+from support.ddp_checkpoints import digest, error_of, ok, saved, start
+from support.ddp_kernel import Kernel, rank_processes, wait_gone
 from support.other_user import run_as_attacker
+from support.waiting import wait_until
 
 from jupyter_gpu.analysis.units import format_bytes
 
 pytest.importorskip("torch")
+
+
+@pytest.fixture()
+def kernel(checkpoint_kernel: Kernel) -> Kernel:
+    """The shared DDP kernel, its ranks stopped after each test."""
+    return checkpoint_kernel
+
 
 # Run on the ranks before a save: every pickle an object collective of torch.distributed makes
 # (``_object_to_tensor``) or takes from a peer (``_tensor_to_object``), with the collective and
@@ -207,6 +214,7 @@ print("planted")
 def test_the_clean_up_leaves_other_users_links_and_running_saves_alone(
     kernel: Kernel, shared_folder: Path, tmp_path: Path
 ) -> None:
+
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "data").write_text("mine")

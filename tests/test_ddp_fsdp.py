@@ -9,20 +9,25 @@ import os
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Kernel, ddp_kernel  # noqa: F401 - ddp_kernel is a fixture
-from support.ddp_checkpoints import (  # noqa: F401 - kernel is a fixture
+from support.ddp_checkpoints import (
     MODEL,
     STEP,
     digest,
     error_of,
-    kernel,
     ok,
     saved,
     sharded_training,
     start,
 )
+from support.ddp_kernel import Kernel
 
 torch = pytest.importorskip("torch")
+
+
+@pytest.fixture()
+def kernel(checkpoint_kernel: Kernel) -> Kernel:
+    """The shared DDP kernel, its ranks stopped after each test."""
+    return checkpoint_kernel
 
 
 def plain_losses(steps: int) -> list[float]:
@@ -330,7 +335,9 @@ def test_odd_paths_are_one_line(kernel: Kernel, tmp_path: Path) -> None:
     ckpt = tmp_path / "my ckpt"
     said = saved(kernel, Path(f'"{ckpt}"'))  # quoted, with a space: one folder of that name
     assert f"to {ckpt}: " in said and (ckpt / ".metadata").is_file()
-    assert "give the checkpoint's folder, one path" in error_of(kernel, "%ddp_save '' --model model")
+    assert "give one path (quote it if it has spaces)" in error_of(kernel, "%ddp_save '' --model model")
+    loaded = ok(kernel, f"whole = %ddp_load_local '{ckpt}'")  # quoted, as %ddp_save took it
+    assert f"from {ckpt} on cpu" in loaded.stdout and not loaded.stderr
     assert error_of(kernel, f"%ddp_load {tmp_path / ('x' * 300)} --model model").startswith("UsageError: ")
     assert error_of(kernel, "%ddp_load /etc/passwd/x --model model").startswith("UsageError: ")
     (ckpt / ".metadata").write_bytes(b"not a pickle")

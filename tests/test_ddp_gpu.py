@@ -6,7 +6,7 @@ import textwrap
 import time
 
 import pytest
-from _ddp_kernel import Cell, Kernel, cuda_devices, gpu_kernel, no_ranks_left  # noqa: F401 - gpu_kernel is a fixture
+from support.ddp_kernel import Cell, Kernel, cuda_devices, no_ranks_left
 
 # Rank 1 dies while both ranks are queueing 256 MiB all-reduces.
 KILLED_MID_ALL_REDUCE = """\

@@ -9,7 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Kernel, cuda_devices, gpu_kernel, no_ranks_left  # noqa: F401 - gpu_kernel is a fixture
+from support.ddp_checkpoints import MODEL, STEP
+from support.ddp_kernel import Kernel, cuda_devices, no_ranks_left
 from support.processes import listeners
 
 LOOPBACK = ("127.0.0.1", "::1")
@@ -87,8 +88,6 @@ def test_the_cell_timeline_has_rank_0s_own_figures(gpu_kernel: Kernel) -> None:
 def test_fsdp2_on_one_nccl_rank_in_bf16_trains_saves_and_loads(gpu_kernel: Kernel, tmp_path: Path) -> None:
     """FSDP2 with NCCL and bf16 mixed precision; the rank's memory line against torch's own
     figure in the rank; a DCP checkpoint saved and loaded back into fresh ranks."""
-    from test_ddp_fsdp import MODEL, STEP
-
     ckpt = tmp_path / "ckpt"
     assert gpu_kernel.run("%ddp_start -n 1 --fsdp").error is None
     try:

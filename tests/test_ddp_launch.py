@@ -10,7 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Cell, Kernel, ddp_kernel, helper_processes, no_ranks_left, rank_processes, wait_gone  # noqa: F401 - ddp_kernel is a fixture
+from support.ddp_kernel import (
+    LAST_RECORD,
+    Cell,
+    Kernel,
+    helper_processes,
+    no_ranks_left,
+    rank_processes,
+    wait_gone,
+)
 
 from jupyter_gpu.ddp.abort import SECRET_ENV
 
@@ -308,13 +316,6 @@ def test_two_kernels_as_two_nodes(ddp_kernel: Kernel, other_kernel: Kernel) -> N
     assert time.monotonic() - started < 20
     assert "ValueError: node 1 fails" in done[other_kernel].traceback
     assert "the ranks of another node failed" in done[ddp_kernel].traceback
-
-
-LAST_RECORD = (
-    "import json\nfrom jupyter_gpu.kernel.timeline import timeline_of\n"
-    "_last = timeline_of(get_ipython()).cells()[-1]\n"
-    "print(json.dumps([_last['outcome'], _last['ranks']]))"
-)
 
 
 def test_the_cell_timeline_records_the_ranks_of_a_ddp_cell(ddp_kernel: Kernel) -> None:

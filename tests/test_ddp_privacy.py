@@ -21,7 +21,7 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
-from _ddp_kernel import Kernel, no_ranks_left
+from support.ddp_kernel import Kernel, no_ranks_left
 from support.other_user import run_as_attacker
 from support.processes import listeners
 

@@ -14,7 +14,7 @@ from multiprocessing.connection import AuthenticationError, Client
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Kernel, ddp_kernel, no_ranks_left  # noqa: F401 - ddp_kernel is a fixture
+from support.ddp_kernel import Kernel, no_ranks_left
 from support.processes import listeners
 
 from jupyter_gpu.ddp.abort import abort_is_genuine, sign_abort

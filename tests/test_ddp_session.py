@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _ddp_kernel import Cell, Kernel, ddp_kernel, no_ranks_left, rank_processes, wait_gone  # noqa: F401 - ddp_kernel is a fixture
+from support.ddp_kernel import LAST_RECORD, Cell, Kernel, no_ranks_left, rank_processes, wait_gone
 
 
 @pytest.fixture()
@@ -169,8 +169,6 @@ def test_ranks_die_with_the_kernel() -> None:
 
 
 def test_the_cell_timeline_records_the_ranks_of_a_persistent_cell(session: Kernel) -> None:
-    from test_ddp_launch import LAST_RECORD
-
     assert (
         session.run("from jupyter_gpu.kernel import timeline\n_undo = timeline.register(get_ipython())").error
         is None

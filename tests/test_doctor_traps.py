@@ -18,9 +18,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import HAS_GPU, wait_until
-from kernel_client import run
-from test_doctor import check, healthy
+from support.doctor_facts import check, healthy
+from support.kernel_client import run
+from support.machine import HAS_GPU
+from support.waiting import wait_until
 
 from jupyter_gpu.doctor import Status, evaluate
 from jupyter_gpu.doctor.facts import DataLoaderPlan, TorchInfo

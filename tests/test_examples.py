@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import HAS_GPU
 from nbclient import NotebookClient
+from support.machine import HAS_GPU
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

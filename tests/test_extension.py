@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
-from kernel_client import RealKernel
+from support.kernel_client import RealKernel
+from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"

@@ -12,71 +12,25 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from pathlib import Path
 
 import psutil
 import pytest
-from _fake_torch import UUID0, FakeCuda, install
-from _workloads import fragment
 from IPython.core.error import UsageError
-from IPython.core.getipython import get_ipython
-from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
+from support.fake_torch import OOM_TEXT, UUID0, FakeCuda, install
+from support.ipython_shell import shared_shell
+from support.workloads import fragment
 
 from jupyter_gpu import client
 from jupyter_gpu.kernel import gpu_memory, memory_magic, oom
 from jupyter_gpu.nvml.simulated import SimulatedNVML
 
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def _shell():
-    """The one test shell; globalipapp returns it only from its first start."""
-    return start_ipython() or get_ipython()
-
-
 GiB = 1024**3
-OOM_TEXT = (
-    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
-    "which 1.00 GiB is free. Including non-PyTorch memory, this process has 3.00 GiB memory in use. "
-    "Of the allocated memory 1.17 GiB is allocated by PyTorch, and 1.32 GiB is reserved by PyTorch "
-    "but unallocated."
-)
-
-
-@pytest.fixture
-def other_process():
-    """A live process, not our descendant, that NVML will say holds 100 GiB of GPU 0.
-
-    Started through a shell that exits at once, so it is nobody's child here: children of a
-    kernel count as that kernel.
-    """
-    out = subprocess.run(
-        ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    proc = psutil.Process(int(out.stdout))
-    yield proc
-    proc.kill()
-
-
-@pytest.fixture
-def nvml(monkeypatch, other_process) -> SimulatedNVML:
-    readings = json.loads((FIXTURES / "nvml_readings_2gpu.json").read_text())
-    readings["devices"][0]["compute_processes"] = [
-        {"pid": os.getpid(), "used_gpu_memory": 3_212_836_864},
-        {"pid": other_process.pid, "used_gpu_memory": 100 * GiB},
-    ]
-    sim = SimulatedNVML(readings)
-    monkeypatch.setattr(gpu_memory, "nvml_backend", lambda: sim)
-    return sim
 
 
 @pytest.fixture
 def ip():
-    shell = _shell()
+    shell = shared_shell()
     undo = [memory_magic.register(shell), oom.register(shell)]
     yield shell
     for remove in undo:
@@ -180,7 +134,7 @@ def test_expandable_configured_silences_that_advice(ip, nvml, monkeypatch) -> No
 
 
 def test_unregister(monkeypatch) -> None:
-    shell = _shell()
+    shell = shared_shell()
     before = len(shell.events.callbacks["post_run_cell"])
     undo = [memory_magic.register(shell), oom.register(shell)]
     assert "gpu_mem" in shell.magics_manager.magics["line"]
@@ -218,7 +172,7 @@ def test_oom_explained_under_the_traceback(ip, nvml, monkeypatch, other_process)
 
 def test_oom_with_the_real_torch_class() -> None:
     torch = pytest.importorskip("torch")
-    shell = _shell()
+    shell = shared_shell()
     undo = oom.register(shell)
     try:
         out = _run(shell, f"import torch\nraise torch.OutOfMemoryError({OOM_TEXT!r})")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import subprocess
@@ -11,22 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernel_client import run_cell
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.machine import nvidia_smi
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 MIB = 1024**2
-
-
-def nvidia_smi(query: str, kind: str = "gpu") -> list[list[str]]:
-    out = subprocess.run(
-        ["nvidia-smi", f"--query-{kind}={query}", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [[cell.strip() for cell in row] for row in csv.reader(io.StringIO(out)) if row]
 
 
 @pytest.fixture

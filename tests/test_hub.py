@@ -1,4 +1,4 @@
-"""The instructor's view against a real JupyterHub (see hub_support): who sees what, and the
+"""The instructor's view against a real JupyterHub (see tests/support/hub.py): who sees what, and the
 two actions, checked where a user would notice them (the student's server, the Hub)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 import requests
-from hub_support import INSTRUCTOR, RealHub, page_xsrf, service_json
+from support.hub import INSTRUCTOR, RealHub, page_xsrf, service_json
 
 SERVICE = "services/jupyter-gpu/"
 

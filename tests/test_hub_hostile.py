@@ -1,7 +1,7 @@
 """The instructor's page next to hostile student servers: what a student's own code can make her
 server answer the service (15,000 kernels, 10,000 GPUs, strings of 64 Ki characters, a GPU with
 another name and total, a 3 MiB version), and what of it reaches the page. No Hub needed: the
-fake fleet (tests/fake_fleet.py) answers as the servers and the Hub."""
+fake fleet (tests/support/fake_fleet.py) answers as the servers and the Hub."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_fleet import FAKE_NAME, HOSTILE_GPUS, HOSTILE_KERNELS, FakeFleet, kernels_reply, telemetry_reply
+from support.fake_fleet import (
+    FAKE_NAME,
+    HOSTILE_GPUS,
+    HOSTILE_KERNELS,
+    FakeFleet,
+    kernels_reply,
+    telemetry_reply,
+)
 
 from jupyter_gpu.analysis.units import format_bytes
 from jupyter_gpu.client import Server
@@ -176,3 +183,32 @@ def test_the_hub_nodes_own_reading_is_what_claims_are_held_to():
         ("eve", False),
         ("mallory", False),
     ]
+
+
+def test_an_error_that_quotes_a_students_server_keeps_its_percent_signs():
+    """Tornado doubles every ``%`` of an HTTPError's message (a format string to it); the
+    instructor must read what the student's server said, not "100%% full"."""
+    from tornado import httpclient, httpserver, netutil, web
+
+    from jupyter_gpu.hub.handlers import APIHandler
+
+    class Relay(APIHandler):
+        def get(self) -> None:
+            raise web.HTTPError(502, "her server answered: the disk is 100% full")
+
+    async def fetch() -> tuple[int, dict[str, Any]]:
+        app = web.Application([(r"/relay", Relay, {"hub": None, "builder": None})], cookie_secret="s")
+        sockets = netutil.bind_sockets(0, "127.0.0.1")
+        server = httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        try:
+            url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}/relay"
+            reply = await httpclient.AsyncHTTPClient().fetch(url, raise_error=False)
+            return reply.code, json.loads(reply.body)
+        finally:
+            server.stop()
+
+    assert asyncio.run(fetch()) == (
+        502,
+        {"status": 502, "message": "her server answered: the disk is 100% full"},
+    )

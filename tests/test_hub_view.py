@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fake_fleet import FakeFleet, kernels_reply, mixed, telemetry_reply
+from support.fake_fleet import FakeFleet, kernels_reply, mixed, telemetry_reply
 
 from jupyter_gpu.client import Server
 from jupyter_gpu.hub import replies, view

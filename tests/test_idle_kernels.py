@@ -11,10 +11,10 @@ import time
 
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
-from kernel_client import run_cell
-from test_cli import ENV
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.cli import ENV
+from support.jupyter_api import get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.waiting import wait_for
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu.server.culler import EVENT_ID

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kernel_client import run_cell
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 

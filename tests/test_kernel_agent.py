@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _fake_torch import UUID0, FakeCuda, install
-from conftest import wait_until
-from IPython.core.getipython import get_ipython
-from IPython.testing.globalipapp import start_ipython
-from kernel_client import RealKernel
+from support.fake_torch import UUID0, FakeCuda, install
+from support.ipython_shell import shared_shell
+from support.kernel_client import RealKernel
+from support.waiting import wait_until
 
 from jupyter_gpu import runtime_dir
 from jupyter_gpu.analysis.stats_file import file_name
@@ -31,11 +30,6 @@ from jupyter_gpu.runtime_dir import beside_connection
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _shell():
-    """The one test shell; globalipapp returns it only from its first start."""
-    return start_ipython() or get_ipython()
 
 
 KID = "0b0e9a63-1f3c-4c1e-9d2a-7f6a5e4d3c2b"
@@ -252,7 +246,7 @@ def test_published_files_go_beside_the_connection_file(tmp_path: Path) -> None:
 def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     monkeypatch.setattr(runtime_dir, "connection_file", lambda: str(tmp_path / f"kernel-{KID}.json"))
-    ip = _shell()
+    ip = shared_shell()
     threads = threading.active_count()
     undo = agent_module.register(ip)
     path = tmp_path / file_name(KID)
@@ -266,7 +260,7 @@ def test_register_in_a_shell_and_undo(tmp_path: Path, monkeypatch) -> None:
 def test_register_outside_a_kernel_does_nothing(monkeypatch) -> None:
     monkeypatch.setattr(runtime_dir, "connection_file", lambda: None)
     threads = threading.active_count()
-    undo = agent_module.register(_shell())
+    undo = agent_module.register(shared_shell())
     assert threading.active_count() == threads
     undo()
 

@@ -15,7 +15,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 pytest.importorskip("torch")
 from jupyter_client.manager import start_new_kernel  # noqa: E402
-from kernel_client import run  # noqa: E402
+from support.kernel_client import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

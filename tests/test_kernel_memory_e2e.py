@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from kernel_client import execute
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import start_notebook_kernel
+from support.kernel_client import execute
 
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 

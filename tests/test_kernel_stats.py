@@ -8,26 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
+from support.stats_files import NOW, fixture_device
 
-from jupyter_gpu.analysis.fragmentation import allocator_figures, summarize_snapshot
-from jupyter_gpu.analysis.stats_file import MAX_BYTES, device_record, file_name
+from jupyter_gpu.analysis.stats_file import MAX_BYTES, file_name
 from jupyter_gpu.runtime_dir import own_path
 from jupyter_gpu.server.kernel_stats import read_kernel_stats
 
-FIXTURES = Path(__file__).parent / "fixtures"
 KID = "5f1c2d3e-0000-4a4a-9b9b-123456789abc"
-NOW = 1_760_000_000.0
 
 
 def _alive(pid: int) -> bool:
     return True
-
-
-def _device() -> dict:
-    stats = json.loads((FIXTURES / "torch_memory_stats_fragmented.json").read_text())
-    segments = json.loads((FIXTURES / "torch_memory_snapshot_fragmented.json").read_text())
-    figures = allocator_figures(stats, summarize_snapshot(segments, 0))
-    return device_record(0, "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5", figures, NOW - 2)
 
 
 def _doc(**changes) -> dict:
@@ -37,7 +28,7 @@ def _doc(**changes) -> dict:
         "pid": 4242,
         "time": NOW - 1,
         "cuda_in_use": True,
-        "devices": [_device()],
+        "devices": [fixture_device()],
     }
     doc.update(changes)
     return doc
@@ -115,10 +106,10 @@ def test_every_truncation_is_refused(tmp_path: Path) -> None:
         ({"time": "yesterday"}, "time"),
         ({"cuda_in_use": 1}, "cuda_in_use"),
         ({"devices": {"0": {}}}, "devices"),
-        ({"devices": [_device()] * 65}, "devices"),
+        ({"devices": [fixture_device()] * 65}, "devices"),
         ({"devices": [[]]}, "device entry"),
-        ({"devices": [_device(), _device()]}, "device 0 is listed twice"),
-        ({"devices": [_device(), {**_device(), "index": 1}]}, "is listed twice"),  # same uuid
+        ({"devices": [fixture_device(), fixture_device()]}, "device 0 is listed twice"),
+        ({"devices": [fixture_device(), {**fixture_device(), "index": 1}]}, "is listed twice"),  # same uuid
     ],
 )
 def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
@@ -156,7 +147,7 @@ def test_wrong_types(tmp_path: Path, changes: dict, why: str) -> None:
     ids=lambda v: f"{v}"[:20],
 )
 def test_wrong_device_fields(tmp_path: Path, key: str, value) -> None:
-    device = _device()
+    device = fixture_device()
     device[key] = value
     _write(tmp_path, _doc(devices=[device]))
     stats, reason = _read(tmp_path)
@@ -166,14 +157,14 @@ def test_wrong_device_fields(tmp_path: Path, key: str, value) -> None:
 @pytest.mark.parametrize("key", ["fragmentation", "snapshot_time"])
 def test_a_float_literal_that_overflows_to_infinity(tmp_path: Path, key: str) -> None:
     """``1e999`` is valid JSON; Python reads it as inf (NaN/Infinity literals are refused earlier)."""
-    device = {**_device(), key: 0.5}
+    device = {**fixture_device(), key: 0.5}
     _write(tmp_path, json.dumps(_doc(devices=[device])).replace(f'"{key}": 0.5', f'"{key}": 1e999'))
     stats, reason = _read(tmp_path)
     assert stats is None and "malformed" in reason and key in reason
 
 
 def test_largest_figures_a_double_holds_pass(tmp_path: Path) -> None:
-    device = {**_device(), "allocated_bytes": 2**53, "reserved_bytes": 2**53, "fragmentation": 1}
+    device = {**fixture_device(), "allocated_bytes": 2**53, "reserved_bytes": 2**53, "fragmentation": 1}
     _write(tmp_path, _doc(devices=[device]))
     stats, reason = _read(tmp_path)
     assert reason is None and stats["devices"][0]["allocated_bytes"] == 2**53

@@ -15,8 +15,9 @@ from typing import Any
 
 import psutil
 import pytest
-from kernel_client import CellRunner
-from support.jupyter_api import gpu_reply, start_notebook_kernel, wait_for
+from support.jupyter_api import gpu_reply, start_notebook_kernel
+from support.kernel_client import CellRunner
+from support.waiting import wait_for
 from traitlets import TraitError
 
 from jupyter_gpu.server.cell_history import NOT_LOADED
@@ -97,7 +98,7 @@ async def test_a_free_cache_click_leaves_the_kernels_other_clients_connected(
         async def idle() -> bool | None:  # the server hears the kernel's idle status a little later
             return kernel.execution_state == "idle" or None
 
-        await wait_for("the server to see the kernel idle", idle)
+        await wait_for(idle, 30, what="the server to see the kernel idle")
         freed = await _answer(jp_fetch, "api", "gpu", "kernels", kernel_id, "free-cache", method="POST")
         assert freed.code == 200 and json.loads(freed.body)["freed_bytes"] == 0  # no CUDA here
         assert (await asyncio.wait_for(cells.run("1 + 1"), 30)).ok
@@ -142,7 +143,7 @@ class Poller:
         async def passed() -> bool:
             return self.rounds >= target or self.stop.is_set()
 
-        await wait_for(f"{n} rounds of polls", passed, timeout=60)
+        await wait_for(passed, 60, what=f"{n} rounds of polls")
 
 
 class _Warnings(logging.Handler):

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from conftest import ROOT
 from support.layering import DYNAMIC, DYNAMIC_IMPORTS, IPYTHON, PACKAGE, RULES, Violation, check, within
+from support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import json
 import time
 from pathlib import Path
 
-from conftest import READINGS, wait_until
-from test_server_api import check_reply, get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import check_reply, get, start_notebook_kernel
+from support.paths import READINGS
+from support.waiting import wait_for, wait_until
 
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.simulated import SimulatedNVML

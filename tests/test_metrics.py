@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from conftest import READINGS
-from prometheus_client.parser import text_string_to_metric_families
-from test_kernel_stats import _device
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
-from test_server_stats_files import publish, stats_doc
+from support.jupyter_api import get, start_notebook_kernel
+from support.paths import READINGS
+from support.prometheus_text import parse, series
+from support.stats_files import fixture_device, publish, stats_doc
+from support.waiting import wait_for
 
 from jupyter_gpu.cli import main as cli_main
 from jupyter_gpu.monitoring import DASHBOARD, RULES
@@ -33,15 +32,6 @@ GIB = 1024**3
 def not_under_jupyterhub(monkeypatch):
     """These servers are no JupyterHub user's (even when the tests run in a Hub's terminal)."""
     monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
-
-
-def parse(text: str) -> dict[str, tuple[str, list]]:
-    """name -> (type, samples) as Prometheus reads the exposition."""
-    return {f.name: (f.type, f.samples) for f in text_string_to_metric_families(text)}
-
-
-def series(text: str) -> list[str]:
-    return [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
 
 
 async def scrape(jp_fetch) -> str:
@@ -148,7 +138,7 @@ def test_the_schema_lists_the_throttle_reasons_the_reader_names():
 
 async def test_allocator_counts_are_counters_per_kernel_and_notebook(jp_fetch, gpu_monitor):
     kernel_id = await start_notebook_kernel(jp_fetch, "course/train.ipynb")
-    publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [_device()]))
+    publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [fixture_device()]))
     families = parse(await scrape(jp_fetch))
     for name, field in (("alloc_retries", "num_alloc_retries"), ("ooms", "num_ooms")):
         kind, samples = families[f"jupyter_gpu_kernel_allocator_{name}"]
@@ -161,9 +151,9 @@ async def test_allocator_counts_are_counters_per_kernel_and_notebook(jp_fetch, g
             "kernel_id": kernel_id,
             "notebook_path": "course/train.ipynb",
         }
-        assert sample.value == _device()[field]
+        assert sample.value == fixture_device()[field]
     (fragmentation,) = families["jupyter_gpu_kernel_allocator_fragmentation_ratio"][1]
-    assert fragmentation.value == pytest.approx(_device()["fragmentation"])
+    assert fragmentation.value == pytest.approx(fixture_device()["fragmentation"])
 
 
 # -- c.GPUMonitor.metrics_kernel_labels -------------------------------------------------------
@@ -231,12 +221,12 @@ class TestNotebookLabelsOnly:
     async def test_a_restarted_notebook_keeps_its_series(self, jp_fetch, gpu_monitor):
         kernels = [await start_notebook_kernel(jp_fetch, "same.ipynb") for _ in range(2)]
         for kernel_id in kernels:
-            publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [_device()]))
+            publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [fixture_device()]))
         text = await scrape(jp_fetch)
         assert "kernel_id=" not in text
         (ooms,) = parse(text)["jupyter_gpu_kernel_allocator_ooms"][1]
         assert ooms.labels == {"gpu": "0", "uuid": UUID0, "notebook_path": "same.ipynb"}
-        assert ooms.value == 2 * _device()["num_ooms"]
+        assert ooms.value == 2 * fixture_device()["num_ooms"]
         assert len(series(text)) == len(set(series(text)))
 
 
@@ -248,7 +238,7 @@ class TestUnderJupyterHub:
 
     async def test_every_series_names_the_student(self, jp_fetch, gpu_monitor):
         kernel_id = await start_notebook_kernel(jp_fetch, "course/train.ipynb")
-        publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [_device()]))
+        publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [fixture_device()]))
         text = await scrape(jp_fetch)
         ours = [
             s

@@ -10,9 +10,10 @@ import sys
 import time
 
 import pytest
-from test_gpu_server import nvidia_smi
-from test_metrics import parse
-from test_server_api import get, wait_for
+from support.jupyter_api import get
+from support.machine import nvidia_smi
+from support.prometheus_text import parse
+from support.waiting import wait_for
 
 from jupyter_gpu.nvml.fields import MEMORY_ERROR_FIELDS
 

@@ -19,30 +19,19 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from kernel_client import run_cell
-from test_kernel_stats import _device
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
-from test_server_stats_files import publish, stats_doc
+from support.fake_torch import FAKE_TORCH_THEN_LOAD
+from support.jupyter_api import get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.stats_files import fixture_device, publish, stats_doc
+from support.waiting import wait_for
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from jupyter_gpu.monitoring import DASHBOARD, RULES
 
-TESTS = Path(__file__).parent
 GIB = 1024**3
 MIB = 1024**2
 UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
 NOTEBOOK = "course/week1.ipynb"
-# The kernel's torch is tests/_fake_torch.py (the H200 allocator figures); its agent is the real one.
-FAKE_TORCH_THEN_LOAD = f"""
-import sys, types
-sys.path.insert(0, {str(TESTS)!r})
-import _fake_torch
-torch = types.ModuleType("torch")
-torch.cuda, torch.OutOfMemoryError = _fake_torch.FakeCuda(), _fake_torch.OutOfMemoryError
-sys.modules["torch"] = torch
-%load_ext jupyter_gpu
-"""
 # What Grafana dashboard 12239 (NVIDIA's dcgm-exporter-dashboard.json) asks Prometheus, with its
 # variables $Hostname and $gpu set to "All". Its tensor-core panel needs DCGM's profiler: not here.
 DCGM_DASHBOARD_QUERIES = [
@@ -244,7 +233,7 @@ async def test_a_real_prometheus_gets_what_operators_chart(jp_fetch, gpu_monitor
 
 async def test_promtool_accepts_the_exposition_and_the_rules(jp_fetch, gpu_monitor, prometheus_tools):
     kernel_id = await start_notebook_kernel(jp_fetch, NOTEBOOK)
-    publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [_device()]))
+    publish(gpu_monitor, kernel_id, stats_doc(gpu_monitor, kernel_id, [fixture_device()]))
 
     async def with_kernel_series():
         await get(jp_fetch, "kernels")

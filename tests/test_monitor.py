@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HAS_GPU, READINGS
+from support.machine import HAS_GPU
+from support.paths import READINGS
 
 pytest.importorskip("ipywidgets")
 from jupyter_client.manager import start_new_kernel  # noqa: E402
-from kernel_client import run  # noqa: E402
+from support.kernel_client import run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "jupyter_gpu-monitor"

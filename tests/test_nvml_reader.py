@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
-from conftest import READINGS
+from support.paths import READINGS
 
 from jupyter_gpu.doctor.nvmlinfo import read_nvml
 from jupyter_gpu.nvml import NvmlReader, NvmlUnavailable

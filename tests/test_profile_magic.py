@@ -18,7 +18,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
 from jupyter_client.manager import start_new_kernel  # noqa: E402
-from kernel_client import run  # noqa: E402
+from support.kernel_client import run  # noqa: E402
 from support.usage_error import one_usage_error  # noqa: E402
 
 from jupyter_gpu.analysis.profile import analyse  # noqa: E402

@@ -16,10 +16,9 @@ import os
 from pathlib import Path
 
 import pytest
-from kernel_client import run_cell
-from test_cell_timeline_server import get_cells
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import get, get_cells, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.gpu
 SECONDS = float(os.environ.get("JUPYTER_GPU_RECORD_SECONDS", "30"))

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _fake_torch import fixture_stats
-from kernel_client import CellRunner
-from support.jupyter_api import gpu_reply, gpu_status, start_notebook_kernel, wait_for
+from support.cli import gpu_status
+from support.fake_torch import FAKE_TORCH_THEN_LOAD, fixture_stats
+from support.jupyter_api import gpu_reply, start_notebook_kernel
+from support.kernel_client import CellRunner
 from support.other_user import attacker_uid, run_as_attacker
+from support.waiting import wait_for
 
-TESTS = Path(__file__).parent
 TAKEN = "a file of another user holds this kernel's name"
 NOBODY = 65534
 CAP_FOWNER = 3  # linux/capability.h
@@ -57,16 +58,6 @@ for entry in os.listdir(runtime):
         else:
             os.symlink(target, path)
         print(name)
-"""
-# The notebook's torch is tests/_fake_torch.py (the H200 allocator figures), its agent the real one.
-FAKE_TORCH_THEN_LOAD = f"""
-import sys, types
-sys.path.insert(0, {str(TESTS)!r})
-import _fake_torch
-torch = types.ModuleType("torch")
-torch.cuda, torch.OutOfMemoryError = _fake_torch.FakeCuda(), _fake_torch.OutOfMemoryError
-sys.modules["torch"] = torch
-%load_ext jupyter_gpu
 """
 
 
@@ -146,7 +137,7 @@ async def reports_despite_the_squatter(
             row = await kernel_row(jp_fetch, kernel_id)
             return row if row["allocator_state"] == "ok" else None
 
-        row = await wait_for("the kernel's allocator figures", figures)
+        row = await wait_for(figures, 30, what="the kernel's allocator figures")
         assert row["allocator"]["pid"] == kernel.provisioner.pid
         [device] = row["allocator"]["devices"]
         assert device["allocated_bytes"] == fixture_stats()["allocated_bytes.all.current"]
@@ -155,7 +146,7 @@ async def reports_despite_the_squatter(
             body = await gpu_reply(jp_fetch, "kernels", kernel_id, "cells", schema="cells.schema.json")
             return body if body["cells"] else None
 
-        timeline = await wait_for("the kernel's cell in its timeline", the_cell)
+        timeline = await wait_for(the_cell, 30, what="the kernel's cell in its timeline")
         assert timeline["reason"] is None
         assert [c["cell_id"] for c in timeline["cells"]] == ["after-the-attack"]
         assert timeline["cells"][0]["pid"] == kernel.provisioner.pid

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pynvml
-from conftest import READINGS, wait_until
+from support.paths import READINGS
+from support.waiting import wait_until
 
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.processes import ProcessMeta

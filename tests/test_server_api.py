@@ -2,62 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 
 import pytest
-from conftest import READINGS
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+from support.jupyter_api import check_reply, get
+from support.paths import READINGS
+from support.waiting import wait_for
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpu.server.schema import SCHEMA_DIR, load
-
 FIXTURE = json.loads(READINGS.read_text())
-# The schemas $ref each other by file name, so each is registered under its file name.
-SCHEMAS = Registry().with_resources(
-    (path.name, Resource.from_contents(json.loads(path.read_text()), default_specification=DRAFT202012))
-    for path in SCHEMA_DIR.glob("*.schema.json")
-)
-# The routes whose replies say whether NVML works. ``kernels/<id>/cells`` (one kernel's timeline,
-# test_cell_timeline_server.py) is about a kernel, not about NVML.
-ROUTES = ("devices", "telemetry", "kernels")
-VALIDATORS = {
-    route: Draft202012Validator({"$ref": f"{route}.schema.json"}, registry=SCHEMAS)
-    for route in load("api")["properties"]
-}
-
-
-def check_reply(route: str, body: dict) -> None:
-    """The reply follows its route's schema, says yes or no as its state does, and names a
-    problem exactly when NVML is unavailable."""
-    error = best_match(VALIDATORS[route].iter_errors(body))
-    assert error is None, f"the {route} reply breaks its schema at {error.json_path}: {error.message}"
-    assert body["available"] == (body["state"] == "ok"), body
-    assert (body["problem"] is None) == (body["state"] != "unavailable"), body
-
-
-async def get(jp_fetch, route: str, **params) -> dict:
-    """A route's reply, held to its schema: so every server test checks the replies it sees."""
-    response = await jp_fetch("api", "gpu", route, params=params)
-    assert response.code == 200
-    assert response.headers["Content-Type"].startswith("application/json")
-    body = json.loads(response.body)
-    check_reply(route, body)
-    return body
-
-
-async def wait_for(predicate, timeout: float = 5.0):
-    """Await ``predicate()`` until it gives something true and return that; fail on timeout."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (result := await predicate()):
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {predicate.__name__}", pytrace=False)
-        await asyncio.sleep(0.05)
-    return result
 
 
 async def test_devices_report_what_nvml_returned(jp_fetch, gpu_monitor):

@@ -7,7 +7,8 @@ import logging
 
 import pynvml
 import pytest
-from test_server_api import get, wait_for
+from support.jupyter_api import get
+from support.waiting import wait_for
 
 from jupyter_gpu.server.schema import VERSION
 

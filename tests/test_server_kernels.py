@@ -2,52 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 
-import psutil
-import pytest
-from kernel_client import run_cell
-from test_server_api import get, wait_for
-
-GIB = 1024**3
-
-
-async def start_notebook_kernel(jp_fetch, path: str) -> str:
-    body = json.dumps({"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}})
-    response = await jp_fetch("api", "sessions", method="POST", body=body)
-    return json.loads(response.body)["kernel"]["id"]
-
-
-async def spawn_child_in_kernel(kernel) -> int:
-    """Make the kernel start a child process (like a DataLoader worker) and return its PID."""
-    code = "import subprocess; _child = subprocess.Popen(['sleep', '120']); print(_child.pid)"
-    return int(await run_cell(kernel, code))
-
-
-@pytest.fixture
-def children():
-    """PIDs of processes a test made a kernel start; killed afterwards."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        try:
-            psutil.Process(pid).kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-async def kernel_on_gpu(jp_fetch, gpu_monitor, children) -> tuple[str, int, int]:
-    """A real kernel of this server whose process and child hold memory on simulated GPU 1."""
-    kernel_id = await start_notebook_kernel(jp_fetch, "course/week1/train.ipynb")
-    kernel = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
-    child = await spawn_child_in_kernel(kernel)
-    children.append(child)
-    processes = gpu_monitor.simulated_nvml.readings["devices"][1]["compute_processes"]
-    processes.append({"pid": kernel.provisioner.pid, "used_gpu_memory": 2 * GIB})
-    processes.append({"pid": child, "used_gpu_memory": 1 * GIB})
-    processes.append({"pid": os.getpid(), "used_gpu_memory": 3 * GIB})  # not a kernel: this test
-    return kernel_id, kernel.provisioner.pid, child
+from support.jupyter_api import get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.simulated_gpu import GIB, kernel_on_gpu
+from support.waiting import wait_for
 
 
 async def test_kernel_process_tree_is_joined_with_its_notebook(jp_fetch, gpu_monitor, children):

@@ -1,6 +1,6 @@
 """The REST replies follow the JSON Schemas the package ships (jupyter_gpu/server/schema/).
 
-Every server test holds the replies it fetches to their route's schema (``test_server_api.get``),
+Every server test holds the replies it fetches to their route's schema (``support.jupyter_api.get``),
 so the states those tests reach (simulated H200s, a lost GPU, MIG, no driver, NVML failing mid-run,
 refused stats files) are checked there. Here: the schemas themselves, and the states no other test
 reaches: every allocator state of a kernel, NVML before its first attempt, and the replies
@@ -14,13 +14,11 @@ import time
 from typing import get_args
 
 import pytest
-from conftest import FIXTURES
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
-from test_kernel_stats import _device
-from test_server_api import ROUTES, VALIDATORS, check_reply, get
-from test_server_kernels import start_notebook_kernel
-from test_server_stats_files import publish, stats_doc
+from support.jupyter_api import ROUTES, VALIDATORS, check_reply, get, start_notebook_kernel
+from support.paths import FIXTURES
+from support.stats_files import fixture_device, publish, stats_doc
 
 from jupyter_gpu.nvml.reasons import PROBLEMS, problem_of_kind
 from jupyter_gpu.server.kernel_stats import AllocatorState
@@ -91,7 +89,9 @@ async def test_every_allocator_state_fits_and_says_what_happened(jp_fetch, gpu_m
     }
 
     def doc(state: str, **changes) -> str:
-        return json.dumps({**json.loads(stats_doc(gpu_monitor, kernels[state], [_device()])), **changes})
+        return json.dumps(
+            {**json.loads(stats_doc(gpu_monitor, kernels[state], [fixture_device()])), **changes}
+        )
 
     publish(gpu_monitor, kernels["ok"], doc("ok"))
     publish(gpu_monitor, kernels["no_cuda"], doc("no_cuda", cuda_in_use=False, devices=[]))

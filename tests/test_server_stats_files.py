@@ -5,41 +5,17 @@ allocator figures, with the reason in the API."""
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-from test_kernel_stats import _device
-from test_server_api import get, wait_for
-from test_server_kernels import start_notebook_kernel
+from support.jupyter_api import get, start_notebook_kernel
+from support.stats_files import fixture_device, publish, stats_doc
+from support.waiting import wait_for
 
-from jupyter_gpu.analysis.stats_file import VERSION, file_name
+from jupyter_gpu.analysis.stats_file import file_name
 
 UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
-
-
-def stats_doc(gpu_monitor, kernel_id: str, devices: list[dict]) -> str:
-    """What the agent of that kernel would write now: its PID, the current time."""
-    pid = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
-    return json.dumps(
-        {
-            "version": VERSION,
-            "kernel_id": kernel_id,
-            "pid": pid,
-            "time": time.time(),
-            "cuda_in_use": True,
-            "devices": devices,
-        }
-    )
-
-
-def publish(gpu_monitor, kernel_id: str, text: str, path: Path | None = None) -> Path:
-    path = path or Path(gpu_monitor.serverapp.kernel_manager.connection_dir) / file_name(kernel_id)
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
 
 
 async def kernels_and_metrics(jp_fetch) -> tuple[dict[str, dict], str]:
@@ -62,16 +38,18 @@ def allocator_series(metrics: str, kernel_id: str) -> list[str]:
 async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
     """10**400 bytes once made prometheus_client raise OverflowError: /metrics answered 500."""
     good = await start_notebook_kernel(jp_fetch, "good.ipynb")
-    publish(gpu_monitor, good, stats_doc(gpu_monitor, good, [_device()]))
+    publish(gpu_monitor, good, stats_doc(gpu_monitor, good, [fixture_device()]))
     absurd = {"allocated_bytes": 10**400, "fragmentation": 10**400, "num_ooms": 2**64}
     bad = {}
     for field, value in absurd.items():
         bad[field] = await start_notebook_kernel(jp_fetch, f"{field}.ipynb")
-        publish(gpu_monitor, bad[field], stats_doc(gpu_monitor, bad[field], [{**_device(), field: value}]))
+        publish(
+            gpu_monitor, bad[field], stats_doc(gpu_monitor, bad[field], [{**fixture_device(), field: value}])
+        )
 
     kernels, metrics = await kernels_and_metrics(jp_fetch)
     assert kernels[good]["allocator_state"] == "ok" and kernels[good]["allocator_reason"] is None
-    assert kernels[good]["allocator"]["devices"][0]["allocated_bytes"] == _device()["allocated_bytes"]
+    assert kernels[good]["allocator"]["devices"][0]["allocated_bytes"] == fixture_device()["allocated_bytes"]
     assert any(
         line.startswith("jupyter_gpu_kernel_allocator_allocated_bytes{") and f'uuid="{UUID0}"' in line
         for line in allocator_series(metrics, good)
@@ -86,7 +64,7 @@ async def test_absurd_numbers_cost_only_their_own_kernel(jp_fetch, gpu_monitor):
 async def test_a_device_listed_twice_is_refused(jp_fetch, gpu_monitor):
     """Two series with the same labels make Prometheus reject the whole scrape."""
     twice = await start_notebook_kernel(jp_fetch, "twice.ipynb")
-    publish(gpu_monitor, twice, stats_doc(gpu_monitor, twice, [_device(), _device()]))
+    publish(gpu_monitor, twice, stats_doc(gpu_monitor, twice, [fixture_device(), fixture_device()]))
     kernels, metrics = await kernels_and_metrics(jp_fetch)
     assert kernels[twice]["allocator"] is None and kernels[twice]["allocator_state"] == "malformed"
     assert kernels[twice]["allocator_reason"] == "stats file is malformed: device 0 is listed twice"
@@ -99,13 +77,15 @@ async def test_planted_files_are_ignored(jp_fetch, gpu_monitor, tmp_path):
     """A symlink, or a file of another user, under a kernel's stats file name."""
     linked = await start_notebook_kernel(jp_fetch, "linked.ipynb")
     target = publish(
-        gpu_monitor, linked, stats_doc(gpu_monitor, linked, [_device()]), tmp_path / "elsewhere.json"
+        gpu_monitor, linked, stats_doc(gpu_monitor, linked, [fixture_device()]), tmp_path / "elsewhere.json"
     )
     (Path(gpu_monitor.serverapp.kernel_manager.connection_dir) / file_name(linked)).symlink_to(target)
     foreign = None
     if os.geteuid() == 0:  # only root can give a file away
         foreign = await start_notebook_kernel(jp_fetch, "foreign.ipynb")
-        os.chown(publish(gpu_monitor, foreign, stats_doc(gpu_monitor, foreign, [_device()])), 65534, 65534)
+        os.chown(
+            publish(gpu_monitor, foreign, stats_doc(gpu_monitor, foreign, [fixture_device()])), 65534, 65534
+        )
 
     kernels, metrics = await kernels_and_metrics(jp_fetch)
     assert kernels[linked]["allocator"] is None and kernels[linked]["allocator_state"] == "refused"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import modules_after
+from support.imports import modules_after
 
 from jupyter_gpu.nvml.visible import driver_gpus, visible_gpus
 

@@ -10,18 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    screenshot,
-    screenshots_folder,
-)
-from test_recorded_h200 import answer_with, recorded_in
+from support.browser import answer_with, open_gpu_panel, open_lab, recorded_in, screenshot
 
 pytestmark = pytest.mark.browser
 H200_API = Path(__file__).parent.parent / "fixtures" / "h200_api"  # the cells gpu test's replies

@@ -11,18 +11,7 @@ import re
 import time
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    REPO,
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import REPO, open_gpu_panel, open_lab, screenshot
 
 pytestmark = pytest.mark.browser
 

@@ -7,19 +7,9 @@ import json
 import time
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    READINGS,
-    SCREENSHOTS,
-    chromium,
-    has_gpu,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_lab,
-    page,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import SCREENSHOTS, open_lab, screenshot
+from support.machine import has_gpu
+from support.paths import READINGS
 
 pytestmark = pytest.mark.browser
 

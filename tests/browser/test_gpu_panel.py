@@ -8,19 +8,7 @@ import re
 import time
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    allocator_stats_published,
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    run_page_until,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import allocator_stats_published, open_gpu_panel, open_lab, run_page_until, screenshot
 
 pytestmark = pytest.mark.browser
 

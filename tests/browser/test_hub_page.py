@@ -1,4 +1,4 @@
-"""The instructor's page in chromium against a real JupyterHub (tests/hub_support.py): signing in
+"""The instructor's page in chromium against a real JupyterHub (tests/support/hub.py): signing in
 through the Hub's own login page, the students' kernels on the page, a kernel shut down with its
 button (gone from the student's server), what the page marks of a hostile student's server, and
 a student's 403."""
@@ -9,16 +9,9 @@ import json
 import time
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    page,
-    screenshot,
-    screenshots_folder,
-)
-from fake_fleet import hostile_kernels_reply, hostile_telemetry_reply, kernels_reply, telemetry_reply
-from hub_support import INSTRUCTOR, PASSWORD, RealHub
+from support.browser import screenshot
+from support.fake_fleet import hostile_kernels_reply, hostile_telemetry_reply, kernels_reply, telemetry_reply
+from support.hub import INSTRUCTOR, PASSWORD, RealHub
 
 from jupyter_gpu.hub import replies, view
 
@@ -84,7 +77,7 @@ def test_the_instructor_sees_the_students_and_shuts_down_a_kernel(page, hub):
 
 def hostile_view() -> dict:
     """The service's api/kernels reply over alice's and bob's servers and mallory's, whose own code
-    answers for it (tests/fake_fleet.py: 15,000 kernels, 10,000 GPUs, GPU-0 with another total)."""
+    answers for it (tests/support/fake_fleet.py: 15,000 kernels, 10,000 GPUs, GPU-0 with another total)."""
 
     def reading(user: str, kernels: dict, telemetry: dict) -> view.Reading:
         return view.Reading(

@@ -8,18 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    run_page_until,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import open_gpu_panel, open_lab, run_page_until, screenshot
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from browser_support import REPO
+from support.browser import REPO
 
 LABEXTENSION = REPO / "labextension"
 

@@ -6,18 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    READINGS,
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import open_gpu_panel, open_lab, screenshot
+from support.paths import READINGS
 
 pytestmark = pytest.mark.browser
 

@@ -10,15 +10,7 @@ import importlib.util
 import json
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    page,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import screenshot
 
 pytestmark = [
     pytest.mark.browser,

@@ -15,37 +15,15 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_support import (  # noqa: F401  (fixtures are used by name)
-    chromium,
-    jp_asyncio_loop,
-    jp_server_cleanup,
-    lab_factory,
-    open_gpu_panel,
-    open_lab,
-    page,
-    screenshot,
-    screenshots_folder,
-)
+from support.browser import answer_with, open_gpu_panel, open_lab, recorded_in, screenshot
 
 pytestmark = pytest.mark.browser
 
 RECORDED = Path(__file__).parent.parent / "fixtures" / "h200_training"
 
 
-def recorded_in(folder: Path, name: str) -> dict:
-    """One recorded reply of a gpu test's run (``name``.json in ``folder``)."""
-    return json.loads((folder / f"{name}.json").read_text())
-
-
 def recorded(name: str) -> dict:
     return recorded_in(RECORDED, name)
-
-
-def answer_with(body: str):
-    def handler(route, request) -> None:
-        route.fulfill(status=200, content_type="application/json", body=body)
-
-    return handler
 
 
 def serve_recordings(page) -> None:

@@ -1,5 +1,7 @@
 """What the checkpoint tests share: a small FSDP model trained on real gloo ranks in a kernel,
-and how a cell's outcome is read (one line, never a traceback through this package or torch)."""
+and how a cell's outcome is read (one line, never a traceback through this package or torch).
+Its fixture ``kernel`` (the shared ddp kernel, its ranks stopped after each test) makes it a
+pytest plugin, listed in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _ddp_kernel import Cell, Kernel, no_ranks_left
+
+from support.ddp_kernel import Cell, Kernel, no_ranks_left
 
 # A small transformer whose blocks sit in an nn.ModuleList (what shard() splits by default);
 # no dropout, so the sharded and the plain run see the same numbers.
@@ -57,8 +60,9 @@ def sharded_training(steps: int) -> str:
 
 
 @pytest.fixture()
-def kernel(ddp_kernel: Kernel) -> Iterator[Kernel]:
-    """The shared kernel, its ranks stopped after the test."""
+def checkpoint_kernel(ddp_kernel: Kernel) -> Iterator[Kernel]:
+    """The shared DDP kernel, its ranks stopped after the test (the checkpoint modules call it
+    ``kernel``)."""
     yield ddp_kernel
     ddp_kernel.run("%ddp_stop")
     assert no_ranks_left(ddp_kernel.pid)

@@ -1,30 +1,67 @@
-"""A front end's view of the in-process test server: sessions, the GPU routes held to their
-schemas, and ``jupyter gpu status`` pointed at it, for test modules that must not import
-another test module."""
+"""A front end's view of the in-process test server (pytest-jupyter's ``jp_fetch``): sessions,
+the GPU routes with every reply held to its schema, and a notebook with jupyter_gpu loaded."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
-import os
-import sys
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
-import pytest
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA_DIR = REPO / "jupyter_gpu" / "server" / "schema"
-_SCHEMAS = Registry().with_resources(
+from jupyter_gpu.server.schema import SCHEMA_DIR, load
+from support.kernel_client import CellRunner
+
+# The schemas $ref each other by file name, so each is registered under its file name.
+SCHEMAS = Registry().with_resources(
     (path.name, Resource.from_contents(json.loads(path.read_text()), default_specification=DRAFT202012))
     for path in SCHEMA_DIR.glob("*.schema.json")
 )
+# The routes whose replies say whether NVML works. ``kernels/<id>/cells`` (one kernel's timeline,
+# test_cell_timeline_server.py) is about a kernel, not about NVML.
+ROUTES = ("devices", "telemetry", "kernels")
+VALIDATORS = {
+    route: Draft202012Validator({"$ref": f"{route}.schema.json"}, registry=SCHEMAS)
+    for route in load("api")["properties"]
+}
+
+
+def check_reply(route: str, body: dict) -> None:
+    """The reply follows its route's schema, says yes or no as its state does, and names a
+    problem exactly when NVML is unavailable."""
+    error = best_match(VALIDATORS[route].iter_errors(body))
+    assert error is None, f"the {route} reply breaks its schema at {error.json_path}: {error.message}"
+    assert body["available"] == (body["state"] == "ok"), body
+    assert (body["problem"] is None) == (body["state"] != "unavailable"), body
+
+
+async def get(jp_fetch: Any, route: str, **params: Any) -> dict:
+    """A route's reply, held to its schema: so every server test checks the replies it sees."""
+    response = await jp_fetch("api", "gpu", route, params=params)
+    assert response.code == 200
+    assert response.headers["Content-Type"].startswith("application/json")
+    body = json.loads(response.body)
+    check_reply(route, body)
+    return body
+
+
+async def gpu_reply(jp_fetch: Any, *route: str, schema: str) -> dict[str, Any]:
+    """``GET api/gpu/<route>``, failing the test where the reply breaks ``schema``."""
+    response = await jp_fetch("api", "gpu", *route)
+    body = json.loads(response.body)
+    validator = Draft202012Validator({"$ref": schema}, registry=SCHEMAS)
+    error = best_match(validator.iter_errors(body))
+    assert error is None, f"the reply breaks {schema} at {error.json_path}: {error.message}"
+    return body
+
+
+async def get_cells(jp_fetch: Any, kernel_id: str) -> dict[str, Any]:
+    """``GET api/gpu/kernels/<id>/cells``: one kernel's timeline, held to its schema."""
+    return await gpu_reply(jp_fetch, "kernels", kernel_id, "cells", schema="cells.schema.json")
 
 
 async def start_notebook_kernel(jp_fetch: Any, path: str, kernel: str = "python3") -> str:
@@ -34,47 +71,10 @@ async def start_notebook_kernel(jp_fetch: Any, path: str, kernel: str = "python3
     return json.loads(response.body)["kernel"]["id"]
 
 
-async def gpu_reply(jp_fetch: Any, *route: str, schema: str) -> dict[str, Any]:
-    """``GET api/gpu/<route>``, failing the test where the reply breaks ``schema``."""
-    response = await jp_fetch("api", "gpu", *route)
-    body = json.loads(response.body)
-    validator = Draft202012Validator({"$ref": schema}, registry=_SCHEMAS)
-    error = best_match(validator.iter_errors(body))
-    assert error is None, f"the reply breaks {schema} at {error.json_path}: {error.message}"
-    return body
-
-
-async def wait_for(what: str, predicate: Callable[[], Awaitable[T | None]], timeout: float = 30.0) -> T:
-    """Await ``predicate()`` until it gives something true and return that; fail naming ``what``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await predicate()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}", pytrace=False)
-        await asyncio.sleep(0.05)
-
-
-async def gpu_status(url: str, token: str, *extra: str) -> str:
-    """What ``jupyter gpu status --url <url>`` prints (run as a user would, in its own process)."""
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "jupyter_gpu",
-        "status",
-        "--url",
-        url,
-        "--token",
-        token,
-        *extra,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
-    return out.decode()
+@contextlib.asynccontextmanager
+async def notebook(jp_fetch: Any, jp_serverapp: Any) -> AsyncIterator[tuple[str, CellRunner]]:
+    """A notebook's kernel with jupyter_gpu loaded, and a front end to run its cells."""
+    kernel_id = await start_notebook_kernel(jp_fetch, "course/timeline.ipynb")
+    async with CellRunner(jp_serverapp.kernel_manager.get_kernel(kernel_id)) as cells:
+        assert (await cells.run("%load_ext jupyter_gpu")).status == "ok"
+        yield kernel_id, cells

@@ -3,8 +3,6 @@ messages until the kernel is idle again, and its reply, kept as one ``Cell``. Th
 tests run code in a kernel: ``run`` through a blocking client (``RealKernel`` is a kernel of its
 own for that), and ``CellRunner``, ``execute`` and ``run_cell`` in a kernel of the test
 jupyter_server, from its event loop (with JupyterLab's ``cellId`` when given).
-
-Imported by name, as hub_support and fake_fleet are.
 """
 
 from __future__ import annotations
@@ -20,8 +18,8 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import AsyncKernelManager, KernelManager
 
 from jupyter_gpu.analysis.stats_file import file_name
+from support.paths import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
 # Seconds to wait for each message: a cell's first CUDA call on a loaded machine takes a while.
 TIMEOUT = 120
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -99,7 +97,7 @@ class RealKernel:
         env = dict(
             os.environ,
             JUPYTER_RUNTIME_DIR=str(runtime),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         )
         self.km.start_kernel(env=env)
         self.kc = self.km.client()

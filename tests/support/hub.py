@@ -2,8 +2,6 @@
 DummyAuthenticator, SimpleLocalProcessSpawner, and student servers running jupyter_server with
 jupyter_gpu on the simulated backend. The service ``jupyter-gpu`` is registered with the very
 roles the README gives (``hub_config`` below is the README's block plus test plumbing).
-
-Imported by name (like browser_support): a conftest.py here would shadow tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -19,13 +17,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
+from support.paths import READINGS, ROOT
+
+T = TypeVar("T")
 PASSWORD = "workshop"
 INSTRUCTOR = "teacher"
 
@@ -112,7 +113,7 @@ class RealHub:
         )
         self.log_path = tmp / "jupyterhub.log"
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", "jupyterhub_config.py"],
             cwd=tmp,
@@ -126,7 +127,7 @@ class RealHub:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_for(self, what: str, check, timeout: float = 20.0):
+    def wait_for(self, what: str, check: Callable[[], T], timeout: float = 20.0) -> T:
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
@@ -146,7 +147,7 @@ class RealHub:
         reply = requests.get(f"{self.url}/services/jupyter-gpu/", allow_redirects=False, timeout=5)
         return reply.status_code == 302 and "/hub/api/oauth2/authorize" in reply.headers.get("location", "")
 
-    def admin(self, method: str, path: str, **kwargs) -> requests.Response:
+    def admin(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """A request with the admin token, to the Hub's API (``hub/api/...``) or a user server."""
         return requests.request(
             method,

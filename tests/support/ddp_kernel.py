@@ -1,4 +1,6 @@
-"""A real ipykernel for the ddp tests, driven through jupyter_client like a notebook would."""
+"""A real ipykernel for the ddp tests, driven through jupyter_client like a notebook would; the
+ranks and helpers it starts; and the fixtures ``ddp_kernel`` and ``gpu_kernel`` (a pytest plugin,
+listed in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +8,21 @@ import os
 import queue
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import ROOT
+
+# A cell that prints the outcome and ranks of the kernel's last timeline record (the timeline
+# registered in the kernel first).
+LAST_RECORD = (
+    "import json\nfrom jupyter_gpu.kernel.timeline import timeline_of\n"
+    "_last = timeline_of(get_ipython()).cells()[-1]\n"
+    "print(json.dumps([_last['outcome'], _last['ranks']]))"
+)
 
 
 class Kernel:
@@ -21,7 +30,7 @@ class Kernel:
 
     def __init__(self, **extra_env: str) -> None:
         env = dict(os.environ, **extra_env)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         self.km, self.kc = start_new_kernel(kernel_name="python3", env=env, startup_timeout=60)
         self.iopub: list[dict[str, Any]] = []
         self.pid: int = self.km.provisioner.pid
@@ -176,19 +185,12 @@ def no_ranks_left(pid: int, timeout: float = 5) -> bool:
     return True
 
 
-_shared: list[Kernel] = []
-
-
 @pytest.fixture(scope="session")
-def ddp_kernel(request: pytest.FixtureRequest) -> Kernel:
-    """One kernel for all ddp test modules: its forkserver is warm after the first launch.
-
-    Each module that imports this fixture gets its own definition of it, hence the cache.
-    """
-    if not _shared:
-        _shared.append(Kernel())
-        request.config.add_cleanup(_shared[0].close)
-    return _shared[0]
+def ddp_kernel() -> Iterator[Kernel]:
+    """One kernel for all ddp test modules: its forkserver is warm after the first launch."""
+    kernel = Kernel()
+    yield kernel
+    kernel.close()
 
 
 def cuda_devices() -> int:

@@ -1,13 +1,16 @@
 """Test-only server extension for the browser tests: lets a test put a real kernel's process on a
-simulated GPU, make a simulated GPU fall off the bus, make an NVML call fail, or run code in a kernel, as the server tests do in-process (the browser tests run `jupyter lab` in a
-subprocess, so they reach the simulated NVML through this route instead).
+simulated GPU, make a simulated GPU fall off the bus, make an NVML call fail, or run code in a
+kernel, as the server tests do in-process (the browser tests run `jupyter lab` in a subprocess,
+so they reach the simulated NVML through these routes instead).
 
-Loaded only by tests/browser/conftest.py; never shipped (it lives outside the package).
+Loaded by module name, ``support.browser_extension``, by the servers that support/browser.py
+starts (tests/ is on their PYTHONPATH); never shipped (it lives outside the package).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -72,7 +75,7 @@ class ExecuteHandler(APIHandler):
         self.finish(json.dumps({"status": reply["content"]["status"]}))
 
 
-def _simulated_nvml(handler: APIHandler):
+def _simulated_nvml(handler: APIHandler) -> Any:
     monitor = handler.serverapp.extension_manager.extension_points["jupyter_gpu"].app
     nvml = getattr(monitor, "simulated_nvml", None)
     if nvml is None:
@@ -80,11 +83,11 @@ def _simulated_nvml(handler: APIHandler):
     return nvml
 
 
-def _jupyter_server_extension_points():
-    return [{"module": "gpu_browser_helper"}]
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": __name__}]
 
 
-def _load_jupyter_server_extension(serverapp) -> None:
+def _load_jupyter_server_extension(serverapp: Any) -> None:
     base = serverapp.web_app.settings["base_url"]
     serverapp.web_app.add_handlers(
         ".*$",

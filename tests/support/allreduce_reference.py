@@ -1,7 +1,7 @@
 """The gpu test's reference for preflight's all-reduce: the same transfer, launched by torchrun
 and timed with CUDA events on the GPU, not by preflight's launcher and wall clock.
 
-Usage: python -m torch.distributed.run --standalone --nproc-per-node N _allreduce_reference.py BYTES ITERS
+Usage: python -m torch.distributed.run --standalone --nproc-per-node N tests/support/allreduce_reference.py BYTES ITERS
 Rank 0 prints {"seconds": <one all-reduce, slowest rank>} as a JSON line.
 """
 

@@ -1,9 +1,8 @@
 """Browser tests: a real `jupyter lab` in a subprocess (LabServer), driven by Debian's chromium
 through Playwright (python), which cannot download browsers here and is pointed at the system one.
 
-The fixtures live here, not in a conftest.py: test modules import them by name. (A second
-conftest.py would shadow tests/conftest.py for the server tests that `from conftest import ...`.)
-Screenshots are saved under test-artifacts/screenshots/; the folder is printed at the end.
+The fixtures that start them are in tests/browser/conftest.py. Screenshots are saved under
+test-artifacts/screenshots/; the folder is printed at the end.
 """
 
 from __future__ import annotations
@@ -21,16 +20,20 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from support.paths import READINGS, TESTS
+from support.paths import ROOT as REPO
+
+# The test-only server extension that lets a test reach the server's simulated NVML
+# (tests/support/browser_extension.py), loaded by module name: tests/ is on the server's path.
+EXTENSION = "support.browser_extension"
 LABEXT_BUILD = REPO / "jupyter_gpu" / "labextension"
 LABEXT_SOURCES = [REPO / "labextension" / d for d in ("src", "style", "schema")]
-READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -98,7 +101,7 @@ class LabServer:
             (tmp / "data" / "labextensions" / "jupyter-gpu").symlink_to(extension)
         config = {
             "ServerApp": {
-                "jpserver_extensions": {"jupyter_gpu": True, "gpu_browser_helper": True},
+                "jpserver_extensions": {"jupyter_gpu": True, EXTENSION: True},
                 "allow_unauthenticated_access": False,
             },
             "GPUMonitor": {
@@ -124,7 +127,7 @@ class LabServer:
             JUPYTER_CONFIG_DIR=str(tmp / "config"),
             JUPYTER_DATA_DIR=str(tmp / "data"),
             JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-            PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
+            PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), env.get("PYTHONPATH", "")]),
         )
         app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
         cmd = [
@@ -220,7 +223,7 @@ class LabServer:
         self._log.close()
 
 
-def screenshot(page, name: str) -> Path:
+def screenshot(page: Any, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path))
@@ -228,7 +231,7 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
-def open_lab(page, server: LabServer, path: str = "lab") -> None:
+def open_lab(page: Any, server: LabServer, path: str = "lab") -> None:
     page.goto(server.lab_url(path))
     page.wait_for_selector("#jp-main-statusbar", state="attached", timeout=60_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.restored !== undefined")
@@ -237,7 +240,7 @@ def open_lab(page, server: LabServer, path: str = "lab") -> None:
 
 
 def run_page_until(
-    page, what: str, done: Callable[[], bool], timeout_s: float = 30, event: str = "request"
+    page: Any, what: str, done: Callable[[], bool], timeout_s: float = 30, event: str = "request"
 ) -> None:
     """Let the page run until ``done()`` holds, looking again at each ``event`` it fires (what the
     test records comes from its requests); fail naming ``what`` after ``timeout_s``."""
@@ -252,7 +255,7 @@ def run_page_until(
             page.wait_for_event(event, timeout=left * 1000)
 
 
-def open_gpu_panel(page) -> None:
+def open_gpu_panel(page: Any) -> None:
     """Click the GPU tab in the left sidebar unless the panel is already showing."""
     if not page.locator("#jupyter-gpu-panel").is_visible():
         page.locator('.jp-SideBar li[data-id="jupyter-gpu-panel"]').click()
@@ -260,7 +263,9 @@ def open_gpu_panel(page) -> None:
 
 
 @contextlib.contextmanager
-def allocator_stats_published(server: LabServer, kernel_id: str, pid: int, devices: list[dict]):
+def allocator_stats_published(
+    server: LabServer, kernel_id: str, pid: int, devices: list[dict]
+) -> Iterator[Path]:
     """Stand in for the kernel agent (which needs CUDA): keep the kernel's allocator stats file
     fresh in the server's runtime dir, written the agent's way (temp file, rename, mode 0600)."""
     path = server.tmp / "runtime" / f"jupyter_gpu-kernel-{kernel_id}.json"
@@ -294,89 +299,25 @@ def allocator_stats_published(server: LabServer, kernel_id: str, pid: int, devic
         path.unlink(missing_ok=True)
 
 
-def has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-
-
-# -- fixtures (imported by the test modules) --------------------------------------------------
-
-
-def _missing(why: str):
+def missing(why: str) -> None:
     """Skip, except where JUPYTER_GPU_REQUIRE_BROWSER=1 (CI): there a missing browser fails."""
     if os.environ.get("JUPYTER_GPU_REQUIRE_BROWSER") == "1":
         pytest.fail(why, pytrace=False)
     pytest.skip(why)
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """A headless chromium per test module. Not per session: while Playwright's sync API runs,
-    its event loop counts as running in this thread, which would break the pytest-jupyter tests
-    that run after these."""
-    try:
-        from playwright import sync_api
-    except ImportError:
-        _missing("python playwright is not installed (pip install -e '.[test]')")
-    if not Path(CHROMIUM).exists():
-        _missing(f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_BIN)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+# -- replies a real H200 gave, recorded by the gpu tests ---------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lab_factory(tmp_path_factory):
-    """Start `jupyter lab` servers for a test module; all are stopped after it."""
-    servers: list[LabServer] = []
-
-    def start(**kwargs) -> LabServer:
-        server = LabServer(tmp_path_factory.mktemp("lab"), **kwargs)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def recorded_in(folder: Path, name: str) -> dict:
+    """One recorded reply of a gpu test's run (``name``.json in ``folder``)."""
+    return json.loads((folder / f"{name}.json").read_text())
 
 
-@pytest.fixture
-def page(chromium, request, screenshots_folder):
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    failed_before = request.session.testsfailed
-    yield page
-    if request.session.testsfailed > failed_before:
-        screenshot(page, f"FAILED-{request.node.name}")
-    context.close()
+def answer_with(body: str) -> Callable[[Any, Any], None]:
+    """A Playwright route handler that answers every request it catches with ``body`` (JSON)."""
 
+    def handler(route: Any, request: Any) -> None:
+        route.fulfill(status=200, content_type="application/json", body=body)
 
-_printed: list[bool] = []
-
-
-@pytest.fixture(scope="session")
-def screenshots_folder(request):
-    """Prints where the screenshots are once the browser tests are done."""
-    yield SCREENSHOTS
-    if _printed or not any(SCREENSHOTS.glob("*.png")):
-        return  # each test module imports this fixture: print once
-    _printed.append(True)
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(f"\nbrowser test screenshots: {SCREENSHOTS}")
-
-
-@pytest.fixture(autouse=True)
-def jp_asyncio_loop():
-    """Replaces pytest-jupyter's per-test event loop (autouse for every test): these tests talk
-    to a server in a subprocess, and closing that loop would fight Playwright's own."""
-    yield None
-
-
-@pytest.fixture(autouse=True)
-def jp_server_cleanup():
-    """pytest-jupyter cleans up an in-process ServerApp after every test; there is none here."""
-    yield
+    return handler

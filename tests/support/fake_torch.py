@@ -1,4 +1,5 @@
-"""A stand-in ``torch`` whose CUDA allocator replays the H200 fixtures, for CPU-only machines.
+"""A stand-in ``torch`` whose CUDA allocator replays the H200 fixtures, for CPU-only machines:
+in the test's own process (``install``), or in a real kernel (the cell ``FAKE_TORCH_THEN_LOAD``).
 
 Only the calls jupyter_gpu's kernel side makes exist; each call is counted so that tests can
 assert what was (not) called, e.g. that nothing initialising CUDA ran before the user did.
@@ -10,16 +11,34 @@ import json
 import sys
 import types
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # benchmarks/kernel_agent.py uses FakeCuda without pytest
+from support.paths import FIXTURES, TESTS
+
+if TYPE_CHECKING:  # benchmarks/kernel_agent.py and kernels use FakeCuda without pytest
     import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
 UUID0 = "2da622ba-bcdc-9f07-006d-4b42150c85b5"
 UUID1 = "d57917b3-7a1d-3f45-579e-d0c856ed9f9d"
 TOTAL = 150_754_820_096
+# What torch says when an allocation on GPU 0 fails (the message of its OutOfMemoryError).
+OOM_TEXT = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB of "
+    "which 1.00 GiB is free. Including non-PyTorch memory, this process has 3.00 GiB memory in use. "
+    "Of the allocated memory 1.17 GiB is allocated by PyTorch, and 1.32 GiB is reserved by PyTorch "
+    "but unallocated."
+)
+# A notebook cell: this stand-in becomes the kernel's torch (the H200 allocator figures), then
+# jupyter_gpu loads, so that the kernel's agent (the real one) publishes those figures.
+FAKE_TORCH_THEN_LOAD = f"""
+import sys, types
+sys.path.insert(0, {str(TESTS)!r})
+from support import fake_torch as _fake_torch
+torch = types.ModuleType("torch")
+torch.cuda, torch.OutOfMemoryError = _fake_torch.FakeCuda(), _fake_torch.OutOfMemoryError
+sys.modules["torch"] = torch
+%load_ext jupyter_gpu
+"""
 
 
 def fixture_stats() -> dict[str, Any]:
