@@ -1,8 +1,11 @@
 """``jupyter gpu status``: the GPUs and who holds their memory, like nvidia-smi, plus notebooks.
 
 With a Jupyter server (``--url``, or one found running here) the figures come from the server's
-sampler and every GPU process is joined to the kernel and notebook that owns it; without one
-they come from NVML directly and processes are named by command line. Never imports torch.
+sampler and every GPU process is named by the kernel and notebook the server joined it to (its
+kernels reply, read by ``server.owners.attributed``); without one they come from NVML directly
+and processes are named by command line. Never imports torch. The replies are read as the
+TypedDicts of ``server/schema/replies.py``, field by field with ``.get``: a server of another
+version or kind may stray from them (``_checked`` turns what breaks into one line).
 """
 
 from __future__ import annotations
@@ -10,11 +13,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..analysis.units import format_bytes, format_bytes_of, format_duration
+from ..server.owners import attributed
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
 from .server import Server, find_server, get, server_from_url
+
+if TYPE_CHECKING:
+    from ..server.schema.replies import DevicesReply, GpuProcess, Kernel, KernelsReply, TelemetryReply
 
 REASON_CHARS = 200  # a reply's reason shown in a table cell, at most
 GPU_FIELDS = (
@@ -87,54 +94,23 @@ def from_nvml() -> dict[str, Any]:
 
 def from_server(server: Server) -> dict[str, Any]:
     """The server's latest sample joined with its kernels: each GPU process with its notebook."""
-    devices = get(server, "devices")
+    devices = cast("DevicesReply", get(server, "devices"))
     status = _empty("server", server.url, simulated=bool(devices.get("simulated")))
     status["driver_version"] = devices.get("driver_version")
     status["cuda_driver_version"] = devices.get("cuda_driver_version")
-    telemetry = get(server, f"telemetry?since={time.time():.3f}")
+    telemetry = cast("TelemetryReply", get(server, f"telemetry?since={time.time():.3f}"))
     latest = telemetry.get("latest")
     if not telemetry.get("available") or not isinstance(latest, dict):
         return {**status, "available": False, "reason": telemetry.get("reason") or devices.get("reason")}
-    kernels = get(server, "kernels")
+    kernels = cast("KernelsReply", get(server, "kernels"))
     static = {d.get("index"): d for d in devices.get("devices") or [] if isinstance(d, dict)}
-    owner = {}  # (gpu index, pid) -> kernel
-    status["kernels"] = []
-    for kernel in kernels.get("kernels") or []:
-        allocator = kernel.get("allocator")
-        status["kernels"].append(
-            {
-                "id": kernel.get("id"),
-                "notebook": kernel.get("path"),
-                "pid": kernel.get("pid"),
-                "execution_state": kernel.get("execution_state"),
-                "idle_seconds": kernel.get("idle_seconds"),
-                "idle_holding": bool(kernel.get("idle_holding")),
-                "gpu_memory": [
-                    {"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
-                    for r in kernel.get("gpu_memory") or []
-                ],
-                # null: no figures from the kernel; the state and the reason say why (not loaded,
-                # or e.g. another user's file holding its name in a shared runtime dir)
-                "allocator_state": _short(kernel.get("allocator_state")),
-                "allocator_reason": _short(kernel.get("allocator_reason")),
-                "allocator": {
-                    "cuda_in_use": bool(allocator.get("cuda_in_use")),
-                    "devices": [
-                        {k: d.get(k) for k in ("index", "allocated_bytes", "reserved_bytes")}
-                        for d in allocator.get("devices") or []
-                    ],
-                }
-                if isinstance(allocator, dict)
-                else None,
-            }
-        )
-        for row in kernel.get("gpu_memory") or []:
-            for pid in row.get("pids") or []:
-                owner[(row.get("gpu_index"), pid)] = kernel
+    status["kernels"] = [_kernel(kernel) for kernel in kernels.get("kernels") or []]
+    owner = attributed(kernels)  # the server's join of its GPU processes to its kernels
     others = {(p.get("gpu_index"), p.get("pid")): p for p in kernels.get("unattributed") or []}
     for gpu in latest.get("gpus") or []:
         index = gpu.get("index")
-        status["gpus"].append({k: gpu.get(k, static.get(index, {}).get(k)) for k in GPU_FIELDS})
+        device = static.get(index)  # what the sample leaves out (the name), from the devices reply
+        status["gpus"].append({k: gpu.get(k, None if device is None else device.get(k)) for k in GPU_FIELDS})
         for proc in gpu.get("processes") or []:
             key = (index, proc.get("pid"))
             if key in owner:
@@ -154,6 +130,36 @@ def from_server(server: Server) -> dict[str, Any]:
     }
     status["available"] = True
     return status
+
+
+def _kernel(kernel: Kernel) -> dict[str, Any]:
+    """A kernel of the reply as the status shows it."""
+    allocator = kernel.get("allocator")
+    return {
+        "id": kernel.get("id"),
+        "notebook": kernel.get("path"),
+        "pid": kernel.get("pid"),
+        "execution_state": kernel.get("execution_state"),
+        "idle_seconds": kernel.get("idle_seconds"),
+        "idle_holding": bool(kernel.get("idle_holding")),
+        "gpu_memory": [
+            {"gpu_index": r.get("gpu_index"), "used_memory_bytes": r.get("used_memory_bytes")}
+            for r in kernel.get("gpu_memory") or []
+        ],
+        # null: no figures from the kernel; the state and the reason say why (not loaded,
+        # or e.g. another user's file holding its name in a shared runtime dir)
+        "allocator_state": _short(kernel.get("allocator_state")),
+        "allocator_reason": _short(kernel.get("allocator_reason")),
+        "allocator": {
+            "cuda_in_use": bool(allocator.get("cuda_in_use")),
+            "devices": [
+                {k: d.get(k) for k in ("index", "allocated_bytes", "reserved_bytes")}
+                for d in allocator.get("devices") or []
+            ],
+        }
+        if isinstance(allocator, dict)
+        else None,
+    }
 
 
 def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
@@ -179,7 +185,7 @@ def _short(value: Any) -> str | None:
 
 def _process(
     index: int,
-    proc: dict[str, Any],
+    proc: GpuProcess,
     *,
     kernel_id: str | None = None,
     notebook: str | None = None,

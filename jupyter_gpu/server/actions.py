@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from queue import Empty
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .schema import VERSION
+
+if TYPE_CHECKING:
+    from .schema.replies import FreeCacheReply
 
 TARGET = "jupyter_gpu.free_cache"  # the kernel side's name: jupyter_gpu/kernel/free_cache.py
 TIMEOUT = 10.0
@@ -23,7 +26,7 @@ class ActionRefused(Exception):
     """The action cannot be done; the message says why, for people (HTTP 409)."""
 
 
-async def free_cache(kernel: Any, kernel_id: str, timeout: float = TIMEOUT) -> dict[str, Any]:
+async def free_cache(kernel: Any, kernel_id: str, timeout: float = TIMEOUT) -> FreeCacheReply:
     """The kernel's answer to a comm opened to its free-cache target; ``ActionRefused`` when
     it has no such target or does not answer within ``timeout`` seconds."""
     # A session id of its own: a client made with the manager's session has the zmq identity of
@@ -51,7 +54,10 @@ async def free_cache(kernel: Any, kernel_id: str, timeout: float = TIMEOUT) -> d
             if content.get("comm_id") != comm_id:
                 continue
             if reply["msg_type"] == "comm_msg":
-                return {"version": VERSION, "kernel_id": kernel_id, **content.get("data", {})}
+                # the rest of the reply as the kernel's target (kernel/free_cache.py) sent it
+                return cast(
+                    "FreeCacheReply", {"version": VERSION, "kernel_id": kernel_id, **content.get("data", {})}
+                )
             if reply["msg_type"] == "comm_close":  # ipykernel closes a comm to an unknown target
                 raise ActionRefused(
                     "jupyter_gpu is not loaded in this kernel, so it cannot free its cache: run "

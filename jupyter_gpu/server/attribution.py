@@ -8,9 +8,12 @@ guessed at: they are listed as unattributed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..nvml.processes import ProcessMeta
+
+if TYPE_CHECKING:
+    from .schema.replies import GpuSample, KernelGpuMemory, UnattributedProcess
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,27 @@ class KernelRef:
     connections: int = 0  # open websocket connections (notebook tabs), as the kernel manager counts
 
 
+class AttributedKernel(TypedDict):
+    """A kernel's fields of the kernels reply that the join gives; kernels.py adds the rest."""
+
+    id: str
+    name: str
+    execution_state: str | None
+    last_activity: float | None
+    connections: int
+    path: str | None
+    pid: int | None
+    gpu_memory: list[KernelGpuMemory]
+
+
+class Attribution(TypedDict):
+    """The join: the kernels reply's ``kernels`` (in part), ``unattributed`` and ``hidden_processes``."""
+
+    kernels: list[AttributedKernel]
+    unattributed: list[UnattributedProcess]
+    hidden_processes: int
+
+
 def _owner(meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str]) -> str | None:
     if meta is None or meta.same_namespace is False:
         return None
@@ -35,16 +59,16 @@ def _owner(meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str]) -> s
 
 def attribute(
     kernels: list[KernelRef],
-    gpus: list[dict[str, Any]],
+    gpus: list[GpuSample],
     meta: dict[int, ProcessMeta],
     *,
     current_user: str | None,
     show_all_users: bool,
-) -> dict[str, Any]:
+) -> Attribution:
     """Per-kernel GPU memory, unattributed processes, and how many others were hidden."""
     kernel_pids = {k.pid: k.id for k in kernels if k.pid is not None}
-    usage: dict[str, dict[int, dict[str, Any]]] = {k.id: {} for k in kernels}
-    unattributed: list[dict[str, Any]] = []
+    usage: dict[str, dict[int, KernelGpuMemory]] = {k.id: {} for k in kernels}
+    unattributed: list[UnattributedProcess] = []
     hidden = 0
     for gpu in gpus:
         for proc in gpu.get("processes") or ():

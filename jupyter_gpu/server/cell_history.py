@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.cells import (
     MAX_BYTES,
@@ -38,6 +38,9 @@ from ..analysis.cells import (
     validate,
 )
 from ..runtime_dir import NameTaken, RefusedFile, published_path, read_own_file
+
+if TYPE_CHECKING:
+    from .schema.replies import RankedCell
 
 NOT_LOADED = "no timeline yet: jupyter_gpu is not loaded in this kernel, or no cell has run since"
 
@@ -77,8 +80,8 @@ class Page:
     cursor: int  # the position of its last cell (with none: of the newest cell taken)
     more: bool  # cells after ``cursor`` were left for the next page
     reason: str | None
-    most_left: list[dict[str, int]]
-    highest_peaks: list[dict[str, int]]
+    most_left: list[RankedCell]
+    highest_peaks: list[RankedCell]
 
     def json(self, head: dict[str, Any]) -> str:
         """The reply's body: ``head``'s fields, this page's, and its cells as they were kept."""
@@ -93,7 +96,7 @@ class Page:
         return f'{json.dumps(fields)[:-1]}, "cells": [{",".join(k.text for k in self.cells)}]}}'
 
 
-def _named(ranked: list[tuple[Kept, int]]) -> list[dict[str, int]]:
+def _named(ranked: list[tuple[Kept, int]]) -> list[RankedCell]:
     return [{"pid": kept.pid, "seq": kept.seq, "bytes": n} for kept, n in ranked]
 
 

@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.idle import IDLE_STATES, CullPolicy, cull_action
 from ..analysis.units import format_bytes, format_duration
 from .kernels import KernelView, kernel_model, unix_time
 
+if TYPE_CHECKING:
+    from .schema.replies import Kernel
+
 EVENT_SCHEMA = Path(__file__).parent / "events" / "kernel_culled.json"
 EVENT_ID = "https://jupyter-gpu.readthedocs.io/events/kernel-culled"
 
 
-def _what(kernel: dict[str, Any]) -> str:
+def _what(kernel: Kernel) -> str:
     return f"GPU kernel of {kernel['path']}" if kernel["path"] else f"GPU kernel {kernel['id'][:8]}"
 
 
-def message(action: str, kernel: dict[str, Any], remaining: float) -> str:
+def message(action: str, kernel: Kernel, remaining: float) -> str:
     """The sentence the log and the notification carry; it names the kernel, not the notebook,
     as what stops: the notebook file is untouched."""
     held = format_bytes(kernel["memory_bytes"])
@@ -71,7 +74,7 @@ class Culler:
                 await self.kernel_manager.shutdown_kernel(kernel["id"])
                 self._tell("cull", kernel, 0.0)
 
-    async def _still_idle(self, kernel: dict[str, Any]) -> bool:
+    async def _still_idle(self, kernel: Kernel) -> bool:
         """Nothing happened in the kernel since the view was made (a cell may have started)."""
         model = await kernel_model(self.kernel_manager, kernel["id"])
         if model is None:  # gone already
@@ -79,7 +82,7 @@ class Culler:
         activity = unix_time(model.get("last_activity"))
         return model.get("execution_state") in IDLE_STATES and activity == kernel["last_activity"]
 
-    def _tell(self, action: str, kernel: dict[str, Any], remaining: float) -> None:
+    def _tell(self, action: str, kernel: Kernel, remaining: float) -> None:
         text = message(action, kernel, remaining)
         self.log.warning("jupyter_gpu culler: %s (kernel %s)", text, kernel["id"])
         self.event_logger.emit(

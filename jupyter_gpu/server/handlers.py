@@ -7,7 +7,7 @@ import gzip
 import json
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
@@ -20,6 +20,16 @@ from ..analysis.idle import IDLE_STATES
 from .actions import ActionRefused, free_cache
 from .kernels import kernel_model
 from .telemetry import devices_payload, telemetry_json
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .app import GPUMonitor
+    from .schema.replies import DevicesReply, FreeCacheReply, KernelsReply
+
+    # What ``send`` takes: a reply, or its body already encoded (telemetry and cells are
+    # assembled from pre-encoded parts).
+    Body: TypeAlias = DevicesReply | KernelsReply | FreeCacheReply | str
 
 AUTH_RESOURCE = "gpu"
 # A page load asks for the whole history (~1.2 kB per sample for two GPUs, ~0.7 MB for the default
@@ -35,7 +45,7 @@ class GPUHandler(APIHandler):
     # jupyter_server takes the token from `?token=` as well as from the Authorization header.
     auth_params = frozenset({"token"})
 
-    def initialize(self, monitor: Any) -> None:
+    def initialize(self, monitor: GPUMonitor) -> None:
         self.monitor = monitor
 
     def check_params(self) -> None:
@@ -59,7 +69,7 @@ class GPUHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"message": error.log_message % error.args, "reason": error.reason}))
 
-    def send(self, payload: dict[str, Any] | str) -> None:
+    def send(self, payload: Body) -> None:
         self.set_header("Cache-Control", "no-store")
         self.finish(payload if isinstance(payload, str) else json.dumps(payload))
 
@@ -132,7 +142,8 @@ class KernelsHandler(GPUHandler):
         allowed = await ensure_async(
             self.authorizer.is_authorized(self, self.current_user, "write", "kernels")
         )
-        self.send({**payload, "actions_allowed": bool(allowed)})
+        reply: KernelsReply = {**payload, "actions_allowed": bool(allowed)}
+        self.send(reply)
 
 
 class CellsHandler(GPUHandler):
@@ -170,6 +181,7 @@ class FreeCacheHandler(GPUHandler):
     @authorized
     async def post(self, kernel_id: str) -> None:
         self.check_params()
+        assert self.monitor.serverapp is not None  # set by jupyter_server before extensions load
         manager = self.monitor.serverapp.kernel_manager
         model = await kernel_model(manager, kernel_id)
         if model is None:
@@ -202,7 +214,7 @@ class FreeCacheHandler(GPUHandler):
         return 404, f"No kernel with id {kernel_id[:80]!r} on this server."
 
 
-def route_table(monitor: Any) -> list[tuple[str, type[GPUHandler], dict[str, Any]]]:
+def route_table(monitor: GPUMonitor) -> list[tuple[str, type[GPUHandler], dict[str, GPUMonitor]]]:
     """Routes relative to base_url (the ExtensionApp prepends it)."""
     kwargs = {"monitor": monitor}
     return [

@@ -16,19 +16,20 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
 
 import psutil
 
 from ..analysis.stats_file import MAX_BYTES, file_name, validate
 from ..runtime_dir import NameTaken, RefusedFile, published_path, read_own_file
+from .schema.replies import AllocatorState  # "ok": figures; "no_cuda": a file, no CUDA; else no file
+
+if TYPE_CHECKING:
+    from .schema.replies import AllocatorFigures
 
 # The agent writes every second; a file this old belongs to a hung or dead kernel.
 DEFAULT_MAX_AGE = 10.0
 
-# The API's `allocator_state` (kernels.schema.json lists the same values): "ok" has figures;
-# "no_cuda" a file saying PyTorch has not initialised CUDA; the others no usable file.
-AllocatorState = Literal["ok", "no_cuda", "no_stats", "refused", "malformed", "stale"]
 NO_CUDA = "PyTorch has not initialised CUDA in this kernel"
 
 
@@ -46,13 +47,21 @@ class Refusal(str):
         return refusal
 
 
+class AllocatorFields(TypedDict):
+    """A kernel's fields of the kernels reply that its stats file gives (``Kernel`` has them)."""
+
+    allocator: AllocatorFigures | None
+    allocator_state: AllocatorState
+    allocator_reason: str | None
+
+
 class KernelStats(NamedTuple):
     """``stats`` is the validated file plus ``age_seconds``; otherwise ``reason`` says why not."""
 
-    stats: dict[str, Any] | None
+    stats: AllocatorFigures | None
     reason: Refusal | None
 
-    def api_fields(self) -> dict[str, Any]:
+    def api_fields(self) -> AllocatorFields:
         """The kernel's ``allocator``, ``allocator_state`` and ``allocator_reason`` in the API."""
         state: AllocatorState
         if self.reason is not None:
@@ -122,4 +131,5 @@ def read_kernel_stats(
     if not alive:
         return _refused("stale", f"stats file is stale: process {clean['pid']} is gone")
     clean["age_seconds"] = max(0.0, age)
-    return KernelStats(clean, None)
+    # analysis.stats_file.validate keeps the schema's allocator_figures fields, bounded
+    return KernelStats(cast("AllocatorFigures", clean), None)

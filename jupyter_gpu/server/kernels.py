@@ -16,7 +16,7 @@ import asyncio
 import getpass
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import psutil
 from jupyter_core.utils import ensure_async
@@ -24,12 +24,24 @@ from tornado import web
 from traitlets import TraitError
 
 from ..analysis.idle import CullPolicy, cull_in, idle_holding, idle_seconds
-from .attribution import KernelRef, attribute
+from .attribution import AttributedKernel, KernelRef, attribute
 from .cell_history import CellHistory
 from .kernel_stats import KernelStats, read_kernel_stats
 from .sampler import Sampler
 from .schema import VERSION
 from .telemetry import header
+
+if TYPE_CHECKING:
+    from .schema.replies import Kernel, KernelsReply
+
+
+class IdleFields(TypedDict):
+    """A kernel's fields of the kernels reply about idling and culling (``Kernel`` has them)."""
+
+    idle_seconds: float | None
+    memory_bytes: int
+    idle_holding: bool
+    cull_in_seconds: float | None
 
 
 def _kernel_pid(kernel: Any) -> int | None:
@@ -84,7 +96,7 @@ class KernelView:
         self.idle_min_memory = idle_min_memory
         self.cull_policy = cull_policy or CullPolicy(0.0, 0, 0.0, False)
         self.current_user = getpass.getuser()
-        self.last: dict[str, Any] | None = None  # what Prometheus reports between refreshes
+        self.last: KernelsReply | None = None  # what Prometheus reports between refreshes
         self.cell_history = CellHistory()
 
     async def kernel_refs(self) -> list[KernelRef]:
@@ -123,7 +135,9 @@ class KernelView:
         self.cell_history.keep_only({ref.id for ref in refs})
         return result
 
-    async def refresh(self) -> dict[str, Any]:
+    async def refresh(self) -> KernelsReply:
+        """The kernels reply; ``actions_allowed`` is False here: what the user asking may do is
+        for the handler to say."""
         status = self.sampler.status
         latest = self.sampler.latest()
         gpus = list(latest.gpus) if latest and status.available else []
@@ -137,19 +151,23 @@ class KernelView:
             show_all_users=self.show_all_users,
         )
         now = time.time()
-        for kernel in view["kernels"]:
-            kernel.update(stats[kernel["id"]].api_fields())
-            kernel.update(self.idle_fields(kernel, now))
-        payload = {
+        kernels: list[Kernel] = [
+            {**kernel, **stats[kernel["id"]].api_fields(), **self.idle_fields(kernel, now)}
+            for kernel in view["kernels"]
+        ]
+        payload: KernelsReply = {
             **header(status),
-            **view,
+            "kernels": kernels,
+            "unattributed": view["unattributed"],
+            "hidden_processes": view["hidden_processes"],
             "idle_after_seconds": self.idle_after,
             "idle_min_memory_bytes": self.idle_min_memory,
+            "actions_allowed": False,
         }
         self.last = payload
         return payload
 
-    def idle_fields(self, kernel: dict[str, Any], now: float) -> dict[str, Any]:
+    def idle_fields(self, kernel: AttributedKernel, now: float) -> IdleFields:
         """How long the kernel has sat idle, on how much GPU memory, and when the culler acts."""
         idle = idle_seconds(kernel["execution_state"], kernel["last_activity"], now)
         memory = sum(row["used_memory_bytes"] for row in kernel["gpu_memory"])

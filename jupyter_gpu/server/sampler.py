@@ -14,44 +14,46 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, cast
 
 from ..nvml import GpuLost, NvmlReader, NvmlUnavailable
 from ..nvml.fields import MEMORY_ERROR_FIELDS, SLOW_FIELDS
 from ..nvml.processes import ProcessMeta, ProcessTable
 from ..nvml.reasons import Problem, problem_of_kind
+from .schema.replies import NvmlState  # what the API's `state` says about NVML
+
+if TYPE_CHECKING:
+    from .schema.replies import Device, GpuSample, NvmlProblem
 
 # Only in the latest sample: memory error counts change rarely and would dominate the history's size.
 LATEST_ONLY = frozenset(name for name, _ in MEMORY_ERROR_FIELDS)
 # Processes kept per GPU in each history sample (the largest): memory by notebook over time needs
 # them, and a GPU shared by hundreds of processes must not make the history unbounded.
 HISTORY_PROCESSES = 32
-# What the API's `state` says about NVML (common.schema.json's nvml_state lists the same values).
-NvmlState = Literal["starting", "ok", "unavailable"]
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One reading of every GPU. ``gpus`` holds JSON-ready dicts, processes included.
+    """One reading of every GPU. ``gpus`` holds the reply's GPUs, processes included.
 
     The JSON forms are encoded once here, on the sampler thread, so that serving ten minutes of
     history to many clients costs the event loop a string join, not an encode per request.
     """
 
     t: float
-    gpus: tuple[dict[str, Any], ...]
+    gpus: tuple[GpuSample, ...]
     json_full: str = ""
     json_history: str = ""
 
     @classmethod
-    def encode(cls, t: float, gpus: tuple[dict[str, Any], ...]) -> Sample:
+    def encode(cls, t: float, gpus: tuple[GpuSample, ...]) -> Sample:
         history = [_history_gpu(gpu) for gpu in gpus]
         return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
 
 
-def _history_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
+def _history_gpu(gpu: GpuSample) -> GpuSample:
     """A GPU as the history keeps it: no error counts, at most HISTORY_PROCESSES processes."""
-    kept = {k: v for k, v in gpu.items() if k not in LATEST_ONLY}
+    kept = cast("GpuSample", {k: v for k, v in gpu.items() if k not in LATEST_ONLY})  # NotRequired ones
     processes = gpu.get("processes")
     if processes and len(processes) > HISTORY_PROCESSES:
         by_size = sorted(processes, key=lambda p: p["used_memory_bytes"] or 0, reverse=True)
@@ -70,12 +72,17 @@ class Status:
     state: NvmlState = "starting"
     reason: str | None = "GPU sampling has not started yet."
     system: dict[str, Any] = field(default_factory=dict)
-    devices: list[dict[str, Any]] = field(default_factory=list)
-    problem: str | None = None
+    devices: list[Device] = field(default_factory=list)
+    problem: NvmlProblem = None
 
     @property
     def available(self) -> bool:
         return self.state == "ok"
+
+
+def _problem(problem: Problem) -> NvmlProblem:
+    """The table's kind, which the schema's nvml_problem lists (test_server_schema checks it)."""
+    return cast("NvmlProblem", problem.kind)
 
 
 class Sampler:
@@ -177,10 +184,11 @@ class Sampler:
         try:
             count = reader.open()
             system = reader.system()
-            devices = []
+            devices: list[Device] = []
             for index in range(count):
                 values, unsupported = reader.device_info(index)
-                devices.append({**values, "unsupported": unsupported})
+                # the reader's names are the schema's (test_server_api holds replies to it)
+                devices.append(cast("Device", {**values, "unsupported": unsupported}))
         except NvmlUnavailable as error:
             self._unusable(reader, error.problem)
             return False
@@ -197,7 +205,7 @@ class Sampler:
         if problem.sentence != self._status.reason:
             self.log.info("jupyter_gpu: no usable GPU: %s", problem.sentence)
         with self._lock:
-            self._status = Status("unavailable", problem.sentence, problem=problem.kind)
+            self._status = Status("unavailable", problem.sentence, problem=_problem(problem))
 
     def _sample(self, reader: NvmlReader, table: ProcessTable) -> None:
         gpus = []
@@ -208,7 +216,7 @@ class Sampler:
         except NvmlUnavailable as error:
             self.log.warning("jupyter_gpu: NVML stopped working: %s", error.reason)
             with self._lock:
-                self._status = Status("unavailable", error.reason, problem=error.problem.kind)
+                self._status = Status("unavailable", error.reason, problem=_problem(error.problem))
             return
         pids = {p["pid"] for gpu in gpus for p in gpu.get("processes") or ()}
         meta = table.lookup(pids)
@@ -217,20 +225,31 @@ class Sampler:
             self._history.append(sample)
             self._process_meta = meta
 
-    def _read_gpu(self, reader: NvmlReader, device: dict[str, Any]) -> dict[str, Any]:
-        index = device["index"]
-        gpu: dict[str, Any] = {"index": index, "uuid": device.get("uuid"), "state": "ok", "error": None}
+    def _read_gpu(self, reader: NvmlReader, device: Device) -> GpuSample:
+        index, uuid = device["index"], device.get("uuid")
         try:
             values, unsupported = reader.fast(index)
         except GpuLost as error:
             reader.forget(index)
-            return {**gpu, "state": "lost", "error": f"GPU {index} is lost: {error}", "unsupported": {}}
+            return {
+                "index": index,
+                "uuid": uuid,
+                "state": "lost",
+                "error": f"GPU {index} is lost: {error}",
+                "unsupported": {},
+            }
         slow_values, slow_unsupported = self._slow.get(index, ({name: None for name in SLOW_FIELDS}, {}))
-        gpu.update(values)
-        gpu["power_limit_watts"] = device.get("power_limit_watts")
-        gpu.update(slow_values)
-        gpu["unsupported"] = {**unsupported, **slow_unsupported}
-        return gpu
+        gpu = {
+            "index": index,
+            "uuid": uuid,
+            "state": "ok",
+            "error": None,
+            **values,
+            "power_limit_watts": device.get("power_limit_watts"),
+            **slow_values,
+            "unsupported": {**unsupported, **slow_unsupported},
+        }
+        return cast("GpuSample", gpu)  # the reader's names are the schema's (test_server_api checks)
 
     # -- slow thread ------------------------------------------------------------------------
 
@@ -250,7 +269,7 @@ class Sampler:
         finally:
             reader.close()
 
-    def _read_slow(self, reader: NvmlReader, devices: list[dict[str, Any]]) -> None:
+    def _read_slow(self, reader: NvmlReader, devices: list[Device]) -> None:
         try:
             if not reader.is_open:
                 reader.open()

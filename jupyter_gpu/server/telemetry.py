@@ -7,13 +7,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from .sampler import Sample, Status
 from .schema import VERSION
 
+if TYPE_CHECKING:
+    from .schema.replies import DevicesReply, NvmlProblem, NvmlState, ProcessOwner, Version
 
-def header(status: Status) -> dict[str, Any]:
+
+class Header(TypedDict):
+    """The fields every NVML reply starts with (each route's schema names them from common's
+    $defs; a reply built as ``{**header(status), ...}`` is checked against its TypedDict)."""
+
+    version: Version
+    available: bool
+    state: NvmlState
+    problem: NvmlProblem
+    reason: str | None
+
+
+def header(status: Status) -> Header:
     """What every reply starts with: the schema version and NVML's state, as enums and sentence."""
     return {
         "version": VERSION,
@@ -24,7 +38,7 @@ def header(status: Status) -> dict[str, Any]:
     }
 
 
-def devices_payload(status: Status, *, simulated: bool) -> dict[str, Any]:
+def devices_payload(status: Status, *, simulated: bool) -> DevicesReply:
     return {
         **header(status),
         "simulated": simulated,
@@ -42,7 +56,7 @@ def telemetry_json(
     simulated: bool,
     interval: float,
     now: float,
-    owners: list[dict[str, Any]],
+    owners: list[ProcessOwner],
 ) -> str:
     """The telemetry response body, assembled from the samples' pre-encoded JSON.
 

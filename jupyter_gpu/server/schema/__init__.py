@@ -3,15 +3,20 @@
 ``<route>.schema.json`` describes ``GET api/gpu/<route>``; ``common.schema.json`` holds what the
 routes share (the schema version, NVML's state). They ship in the package so that any client can
 check what it receives; the server tests validate every reply against them, and the frontend's
-TypeScript types are generated from them (``jlpm build:schema`` in labextension/). Replies are
-not validated at run time: the telemetry reply is assembled from pre-encoded samples for speed.
+TypeScript types are generated from them (``jlpm build:schema`` in labextension/), and so are the
+Python ones the server and the CLI build and read replies with: ``replies.py``, TypedDicts written
+by ``python -m jupyter_gpu.server.schema.generate``. Replies are not validated at run time: the
+telemetry reply is assembled from pre-encoded samples for speed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .replies import Version
 
 SCHEMA_DIR = Path(__file__).parent
 
@@ -22,4 +27,4 @@ def load(name: str) -> dict[str, Any]:
 
 
 # Read from the schema so that the number every reply carries is written down once.
-VERSION: int = load("common")["$defs"]["version"]["const"]
+VERSION: Version = load("common")["$defs"]["version"]["const"]
