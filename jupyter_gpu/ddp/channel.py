@@ -72,15 +72,17 @@ class KernelEnd:
     def send(self, seq: int, payload: Any) -> None:
         """``payload`` to every local rank (now, or when it connects)."""
         blob = pickle.dumps((seq, payload), protocol=pickle.HIGHEST_PROTOCOL)
-        with self._lock:
+        with self._lock:  # queue and snapshot together: a rank connecting now gets it exactly once
             if len(self._conns) < self._expected:
                 self._queued.append(blob)
-            for local, conn in self._conns.items():
-                if local not in self.lost:
-                    try:
-                        conn.send_bytes(blob)
-                    except OSError:
-                        self.lost.add(local)
+            targets = [(local, conn) for local, conn in self._conns.items() if local not in self.lost]
+        # Written outside the lock: a rank busy in a long cell fills the socket's buffer, and
+        # ``close`` (stopping the gang) must not wait behind a write that waits on that rank.
+        for local, conn in targets:
+            try:
+                conn.send_bytes(blob)
+            except OSError:
+                self.lost.add(local)
 
     def receive(self, seq: int, locals_: Iterable[int], timeout: float) -> list[tuple[int, Any]]:
         """Replies to ``seq`` from the given local ranks that arrive within ``timeout``; older

@@ -25,7 +25,6 @@ import fcntl
 import os
 import re
 import secrets
-import shlex
 import shutil
 import stat
 import tempfile
@@ -41,17 +40,11 @@ _RANDOM_TAIL = re.compile(r"[a-z0-9_]{8}")  # what mkdtemp appends to it
 MAX_STALE = 16  # folders of unfinished saves removed by one save
 
 
-def resolve(text: str) -> Path:
-    """The user's path, unquoted, made absolute against the kernel's working directory (the
-    ranks may be somewhere else by now). Links in the folders above are resolved; a link at the
-    last name is left for the caller to refuse, never followed."""
-    try:
-        parts = shlex.split(text)
-    except ValueError as exc:
-        raise BadInput(f"the checkpoint's folder {text!r}: {exc}") from None
-    if len(parts) != 1 or not parts[0]:
-        raise BadInput("give the checkpoint's folder, one path (quote it if it has spaces)")
-    path = Path(os.path.abspath(os.path.expanduser(parts[0])))
+def resolve(folder: str) -> Path:
+    """The user's folder (unquoted by the magic's parser) made absolute against the kernel's
+    working directory (the ranks may be somewhere else by now). Links in the folders above are
+    resolved; a link at the last name is left for the caller to refuse, never followed."""
+    path = Path(os.path.abspath(os.path.expanduser(folder)))
     return Path(os.path.realpath(path.parent)) / path.name
 
 

@@ -56,12 +56,11 @@ class APIHandler(ServiceHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
+        message = self._reason
+        if isinstance(error, web.HTTPError) and error.log_message:  # tornado doubled its `%`s
+            message = error.log_message % error.args
         self.set_header("Content-Type", "application/json")
-        self.finish(
-            json.dumps(
-                {"status": status_code, "message": getattr(error, "log_message", None) or self._reason}
-            )
-        )
+        self.finish(json.dumps({"status": status_code, "message": message}))
 
     def send(self, payload: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")

@@ -100,7 +100,7 @@ cell_arguments = _bundle(
 checkpoint_arguments = _bundle(
     argument(
         "path",
-        type=magic_args.path_text,
+        type=magic_args.quoted_path,
         help="the checkpoint's folder (DCP writes one file per rank and .metadata)",
     ),
     argument("--model", required=True, help="name of the model in the ranks' namespace"),

@@ -37,7 +37,7 @@ def _meta_bytes(model: Any) -> int:
 
 
 def load_into_kernel(
-    user_ns: MutableMapping[str, Any], path_text: str, model_name: str | None, device: str, force: bool
+    user_ns: MutableMapping[str, Any], folder: str, model_name: str | None, device: str, force: bool
 ) -> dict[str, Any] | None:
     """Fill the kernel's model ``model_name`` from the checkpoint, or return its whole state dict."""
     if not _DEVICE.fullmatch(device):
@@ -46,7 +46,7 @@ def load_into_kernel(
         reason = no_gpu_reason()
         if reason is not None:
             raise UsageError(f"--device {device}: {reason} (%gpu_doctor says how to fix it)")
-    path = trusted(resolve(path_text))
+    path = trusted(resolve(folder))
     import torch
 
     from ...ddp.checkpoint import Problem, load_local, one_line, stored_model_bytes

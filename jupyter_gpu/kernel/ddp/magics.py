@@ -16,7 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ...ddp.errors import BadInput
 from ..extension import ShellMagics, cell_number, unregister_magics
-from ..magic_args import path_text
+from ..magic_args import quoted_path
 from ..timeline import timeline_of
 from . import args
 from .args import cell_arguments, checkpoint_arguments, worker_arguments
@@ -239,7 +239,7 @@ class DDPMagics(ShellMagics):
         print(session.load(resolve(ns.path), *args.checkpoint_names(ns)))
 
     @magic_arguments()
-    @argument("path", type=path_text, help="the checkpoint's folder")
+    @argument("path", type=quoted_path, help="the checkpoint's folder")
     @argument(
         "--model",
         default=None,
