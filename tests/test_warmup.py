@@ -161,7 +161,7 @@ def test_undo_removes_the_magic():
 
 @pytest.mark.gpu
 @needs_gpu
-def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
+def test_every_step_runs_and_the_second_call_says_it_was_warm(ip, capsys):
     loading = os.environ.get("CUDA_MODULE_LOADING")
     ip.run_line_magic("gpu_warmup", "--devices 0")
     first = capsys.readouterr().out
@@ -179,11 +179,10 @@ def test_every_step_runs_and_the_second_call_is_near_free(ip, capsys):
         assert step in first
     report = warmup.warm_up([0])
     note = report.sections[0].notes[-1]
-    assert note.startswith("already warm")
-    # Loads nothing the second time: what is left is the steps' own compute (on an H200 ~0.3 s,
-    # against ~4 s the first time).
-    first_ms = float(re.search(r"took ([\d,]+) ms", note).group(1).replace(",", ""))
-    assert report.sections[0].total_ms < 0.2 * first_ms
+    # How much faster the second call is depends on what ran before in the process: measured in
+    # benchmarks/warmup.py, not asserted here.
+    assert re.fullmatch(r"already warm: the first warm-up in this process took [\d,]+ ms", note), note
+    assert not [step for step in report.sections[0].steps if step.error], report.sections[0].steps
 
 
 @pytest.mark.gpu
