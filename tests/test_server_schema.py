@@ -35,7 +35,7 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(path):
 
 
 def test_every_route_has_its_schema():
-    assert set(load("api")["properties"]) == {*ROUTES, "cells", "free_cache"}
+    assert set(load("api")["properties"]) == {*ROUTES, "cells", "free_cache", "host", "exits"}
     assert {path.name.removesuffix(".schema.json") for path in SCHEMA_DIR.glob("*.schema.json")} == {
         "api",
         "common",

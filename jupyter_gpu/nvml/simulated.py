@@ -21,6 +21,7 @@ to the device's own ``compute_processes``, which tests may extend.
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -52,6 +53,7 @@ class SimulatedNVML:
         trace = readings.get("trace") or {}
         self._frames: list[list[dict[str, Any]]] = trace.get("frames") or []
         self._frame_seconds = float(trace.get("frame_seconds") or 1.0)
+        self._xids: queue.Queue[tuple[int, int]] = queue.Queue()  # (device, xid) not yet waited for
 
     @classmethod
     def from_file(cls, path: str | Path) -> SimulatedNVML:
@@ -73,6 +75,10 @@ class SimulatedNVML:
 
     def restore_gpu(self, index: int) -> None:
         self._lost.discard(index)
+
+    def report_xid(self, index: int, xid: int) -> None:
+        """Have GPU ``index`` report critical error ``xid`` to whoever waits on an event set."""
+        self._xids.put((index, xid))
 
     def _check(self, function: str, device: int | None = None) -> None:
         with self._lock:
@@ -237,3 +243,27 @@ class SimulatedNVML:
     def nvmlDeviceGetComputeRunningProcesses_v2(self, h: int) -> list[SimpleNamespace]:
         self._check("nvmlDeviceGetComputeRunningProcesses_v2", h)
         return self._processes(h)
+
+    def nvmlDeviceGetIndex(self, h: int) -> int:
+        self._check("nvmlDeviceGetIndex", h)
+        return h
+
+    # -- events: one set, fed by ``report_xid`` -------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> object:
+        self._check("nvmlEventSetCreate")
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, h: int, event_types: int, event_set: object) -> None:
+        self._check("nvmlDeviceRegisterEvents", h)
+
+    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> SimpleNamespace:
+        self._check("nvmlEventSetWait_v2")
+        try:
+            device, xid = self._xids.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT) from None
+        return SimpleNamespace(device=device, eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid)
+
+    def nvmlEventSetFree(self, event_set: object) -> None:
+        self._check("nvmlEventSetFree")

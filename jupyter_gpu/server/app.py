@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pynvml
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 
 from ..analysis.idle import CullPolicy
 from ..nvml import NvmlReader
+from ..nvml.xid_events import XidWatcher
 from . import metrics
 from .culler import Culler
+from .exits import ExitLog
 from .handlers import route_table
 from .kernels import KernelView
 from .owners import OwnerMemo
@@ -164,6 +167,10 @@ class GPUMonitor(ExtensionApp):
             else None
         )
         self.owners = OwnerMemo()
+        self.exits = ExitLog(self.serverapp.kernel_manager, self.serverapp.event_logger, self.log)
+        # GPU errors on a thread of their own, straight into the exit log
+        self._xids = XidWatcher(self.exits.xid, self.simulated_nvml if self.simulated else pynvml)
+        self._xids.start()
         self._refresh: PeriodicCallback | None = None
         self._cull: PeriodicCallback | None = None
         self.sampler.start()
@@ -182,7 +189,8 @@ class GPUMonitor(ExtensionApp):
 
     async def _refresh_kernels(self) -> None:
         try:
-            await self.kernels.refresh()
+            view = await self.kernels.refresh()
+            await self.exits.update(view["kernels"])
         except Exception:  # never let a periodic task die silently or spam tracebacks
             self.log.warning("jupyter_gpu: kernel attribution failed", exc_info=True)
 
@@ -198,4 +206,6 @@ class GPUMonitor(ExtensionApp):
             if periodic is not None:
                 periodic.stop()
         metrics.detach(self)
-        await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._xids.stop)
+        await loop.run_in_executor(None, self.sampler.stop)

@@ -18,6 +18,7 @@ from ..analysis.bounded import MAX_COUNT
 from ..analysis.cells import MAX_CELLS
 from ..analysis.idle import IDLE_STATES
 from .actions import ActionRefused, free_cache
+from .host import host_reply
 from .kernels import kernel_model
 from .telemetry import devices_payload, telemetry_json
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from .app import GPUMonitor
-    from .schema.replies import DevicesReply, FreeCacheReply, KernelsReply
+    from .schema.replies import DevicesReply, ExitsReply, FreeCacheReply, HostReply, KernelsReply
 
     # What ``send`` takes: a reply, or its body already encoded (telemetry and cells are
     # assembled from pre-encoded parts).
-    Body: TypeAlias = DevicesReply | KernelsReply | FreeCacheReply | str
+    Body: TypeAlias = DevicesReply | KernelsReply | FreeCacheReply | HostReply | ExitsReply | str
 
 AUTH_RESOURCE = "gpu"
 # A page load asks for the whole history (~1.2 kB per sample for two GPUs, ~0.7 MB for the default
@@ -146,6 +147,27 @@ class KernelsHandler(GPUHandler):
         self.send(reply)
 
 
+class HostHandler(GPUHandler):
+    """The container's limits and the kernels' resident memory (the kernels this user sees)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.check_params()
+        view = self.monitor.kernels.last or await self.monitor.kernels.refresh()
+        self.send(await host_reply(view["kernels"]))
+
+
+class ExitsHandler(GPUHandler):
+    """The kernels that died without being asked to, and why."""
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        self.check_params()
+        self.send(self.monitor.exits.reply())
+
+
 class CellsHandler(GPUHandler):
     """A page of a kernel's cells: ``since`` (the ``cursor`` of an earlier reply) and ``limit``."""
 
@@ -221,6 +243,8 @@ def route_table(monitor: GPUMonitor) -> list[tuple[str, type[GPUHandler], dict[s
         (r"/api/gpu/devices", DevicesHandler, kwargs),
         (r"/api/gpu/telemetry", TelemetryHandler, kwargs),
         (r"/api/gpu/kernels", KernelsHandler, kwargs),
+        (r"/api/gpu/host", HostHandler, kwargs),
+        (r"/api/gpu/exits", ExitsHandler, kwargs),
         (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/cells", CellsHandler, kwargs),
         (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/free-cache", FreeCacheHandler, kwargs),
     ]

@@ -85,10 +85,17 @@ class LabServer:
     ``app="notebook"``, Notebook 7's `jupyter notebook` instead (the same extension system)."""
 
     def __init__(
-        self, tmp: Path, *, base_url: str = "/", gpu: dict | None = None, app: str = "jupyterlab"
+        self,
+        tmp: Path,
+        *,
+        base_url: str = "/",
+        gpu: dict | None = None,
+        app: str = "jupyterlab",
+        prefix: tuple[str, ...] = (),
     ) -> None:
         self.tmp = tmp
         self.app = app
+        self.prefix = prefix  # what the server is started under (e.g. entering a cgroup)
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.token = secrets.token_hex(16)
         self.port = _free_port()
@@ -131,6 +138,7 @@ class LabServer:
         )
         app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
         cmd = [
+            *self.prefix,
             sys.executable,
             "-m",
             self.app,

@@ -36,3 +36,13 @@ async def wait_for(
             pytest.fail(f"timed out after {timeout:g} s waiting for {waited}", pytrace=False)
         await asyncio.sleep(0.05)
     return result
+
+
+def holds(check: Callable[[], T | None]) -> Callable[[], Awaitable[T | None]]:
+    """``check`` as ``wait_for``'s predicate: a test on the event loop must not block it."""
+
+    async def predicate() -> T | None:
+        return check()
+
+    predicate.__name__ = getattr(check, "__name__", "predicate")
+    return predicate

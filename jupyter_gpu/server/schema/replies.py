@@ -512,6 +512,92 @@ class FreeCacheReply(TypedDict):
     reason: str | None
 
 
+class HostMemory(TypedDict):
+    # The container's memory limit; null when there is none (or it cannot be read).
+    limit_bytes: int | None
+    # What the server's memory cgroup uses now (page cache included, as the limit counts it).
+    usage_bytes: int | None
+    # Processes the out-of-memory killer has ended in the server's memory cgroup since it was made.
+    oom_kills: int | None
+
+
+class HostCpu(TypedDict):
+    # CPUs' worth of time the cgroup allows (cpu.max, or cfs_quota_us over cfs_period_us); null
+    # without a quota.
+    quota: float | None
+    # CPUs the server may run on (its affinity).
+    available: int
+
+
+class HostPids(TypedDict):
+    # Processes and threads the cgroup allows; null without a limit.
+    limit: int | None
+    current: int | None
+
+
+class HostShm(TypedDict):
+    # Size of /dev/shm (Docker's default is 64 MiB).
+    size_bytes: int | None
+    free_bytes: int | None
+
+
+class KernelHostMemory(TypedDict):
+    id: str
+    pid: int | None
+    # The kernel process's resident memory (its DataLoader workers not included); null when it
+    # cannot be read.
+    rss_bytes: int | None
+
+
+class HostReply(TypedDict):
+    """GET {base_url}api/gpu/host: what the server's container allows it and its kernels (its cgroups,
+    v1 or v2: the tightest limit on the way up), how much room /dev/shm has (DataLoader workers pass
+    batches through it), and each kernel's resident memory. Read from /proc and /sys/fs/cgroup, not
+    NVML; a part that cannot be read is null, with the reason in `unavailable`.
+    """
+
+    version: Version
+    # When it was read (Unix seconds).
+    time: float
+    # 1 or 2, as the memory controller is mounted; null when no memory cgroup is readable.
+    cgroup_version: Literal[1, 2, None]
+    memory: HostMemory
+    cpu: HostCpu
+    pids: HostPids
+    shm: HostShm
+    kernels: list[KernelHostMemory]
+    # Part ('memory', 'cpu', 'pids', 'shm') → why it is null, for people.
+    unavailable: dict[str, str]
+
+
+class KernelExit(TypedDict):
+    kernel_id: str
+    # The notebook of the kernel's session; null without one.
+    path: str | None
+    # The process that died.
+    pid: int | None
+    # When the server saw it gone (Unix seconds).
+    time: float
+    # 'oom_killed': ended by SIGKILL while the out-of-memory killer's count in its memory cgroup
+    # rose; 'gpu_error': NVML reported an Xid on a GPU it used while it ran; 'signal': another
+    # signal, or SIGKILL without the count rising; 'exited': it exited by itself.
+    cause: Literal["oom_killed", "gpu_error", "signal", "exited"]
+    # A sentence with the figures, for people.
+    detail: str
+    # Execution count of the cell that was running, when the kernel had said so; null otherwise.
+    last_cell: int | None
+
+
+class ExitsReply(TypedDict):
+    """GET {base_url}api/gpu/exits: the kernels of this server that died without being asked to (the
+    restarter saw them go), newest last, at most 100. A kernel shut down or restarted on request is
+    never listed.
+    """
+
+    version: Version
+    exits: list[KernelExit]
+
+
 class Replies(TypedDict):
     """The routes under {base_url}api/gpu/, each named by its path with its reply's schema. Not itself
     a reply: where tools (the TypeScript generator, the tests) start.
@@ -522,3 +608,5 @@ class Replies(TypedDict):
     kernels: KernelsReply
     cells: CellsReply
     free_cache: FreeCacheReply
+    host: HostReply
+    exits: ExitsReply

@@ -1,0 +1,68 @@
+"""A Jupyter server in a container's memory limit (a real memory cgroup, as root): it reports the
+limit, and a kernel the out-of-memory killer ends is listed as such, with the limit and the
+notebook, instead of JupyterLab's bare "The kernel appears to have died"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from jupyter_client.blocking import BlockingKernelClient
+from support.browser import LabServer
+from support.jupyter_api import check_reply
+from support.memory_cgroup import entering, memory_cgroup
+from support.waiting import wait_until
+
+from jupyter_gpu.analysis.units import format_bytes
+
+LIMIT = 3 * 2**29  # 1.5 GiB
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    with memory_cgroup(LIMIT) as (procs, _version):
+        lab = LabServer(tmp_path_factory.mktemp("limited"), prefix=entering(procs))
+        try:
+            yield lab
+        finally:
+            lab.stop()
+
+
+def client_of(server: LabServer, kernel_id: str) -> BlockingKernelClient:
+    client = BlockingKernelClient()
+    client.load_connection_file(str(server.tmp / "runtime" / f"kernel-{kernel_id}.json"))
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    return client
+
+
+def test_the_server_reports_the_containers_memory_limit(server: LabServer) -> None:
+    host = server.api("GET", "api/gpu/host")
+    check_reply("host", host)
+    assert host["memory"]["limit_bytes"] == LIMIT
+    assert 0 < host["memory"]["usage_bytes"] < LIMIT
+    assert host["memory"]["oom_kills"] == 0 and "memory" not in host["unavailable"]
+
+
+def test_a_kernel_over_the_limit_is_listed_as_killed_by_the_oom_killer(server: LabServer) -> None:
+    kernel_id = server.start_notebook_kernel("course/week3/train.ipynb")
+    client = client_of(server, kernel_id)
+    try:
+        client.execute("hog = b'x' * (3 * 2**30)")  # 3 GiB, written: resident, over the limit
+
+        def listed() -> list[dict[str, Any]]:
+            return server.api("GET", "api/gpu/exits")["exits"]
+
+        (died,) = wait_until("the killed kernel in api/gpu/exits", listed, timeout=120)
+    finally:
+        client.stop_channels()
+    check_reply("exits", {"version": 1, "exits": [died]})
+    assert died["kernel_id"] == kernel_id and died["path"] == "course/week3/train.ipynb"
+    assert died["cause"] == "oom_killed", died
+    assert died["detail"].startswith(
+        f"the kernel was killed by the out-of-memory killer: the container's limit is {format_bytes(LIMIT)}"
+    )
+    host = server.api("GET", "api/gpu/host")
+    assert host["memory"]["oom_kills"] >= 1
+    assert "course/week3/train.ipynb: the kernel was killed by the out-of-memory killer" in server.log()
