@@ -52,7 +52,6 @@ async def test_a_kernel_killed_by_hand_is_a_signal_exit_named_with_its_notebook(
     jp_fetch, gpu_monitor, kernel_env, died
 ):
     kernel_id = await start_notebook_kernel(jp_fetch, "course/week3/train.ipynb")
-    await gpu_monitor._refresh_kernels()  # the notebook's path, as the periodic refresh learns it
     pid = await watched(gpu_monitor, kernel_id)
     os.kill(pid, signal.SIGKILL)
     listed = await wait_for_exit(jp_fetch)

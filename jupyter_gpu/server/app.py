@@ -21,7 +21,7 @@ from . import metrics
 from .culler import Culler
 from .exits import ExitLog
 from .handlers import route_table
-from .kernels import KernelView
+from .kernels import KernelView, notebook_paths
 from .owners import OwnerMemo
 from .sampler import Sampler
 
@@ -167,7 +167,13 @@ class GPUMonitor(ExtensionApp):
             else None
         )
         self.owners = OwnerMemo()
-        self.exits = ExitLog(self.serverapp.kernel_manager, self.serverapp.event_logger, self.log)
+        sessions = self.serverapp.session_manager
+        self.exits = ExitLog(
+            self.serverapp.kernel_manager,
+            self.serverapp.event_logger,
+            self.log,
+            lambda: notebook_paths(sessions),
+        )
         # GPU errors on a thread of their own, straight into the exit log
         self._xids = XidWatcher(self.exits.xid, self.simulated_nvml if self.simulated else pynvml)
         self._xids.start()

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,8 +63,15 @@ def _baseline(pid: int | None) -> Watched:
 class ExitLog:
     """Kernel id → what is known of it; the deaths seen, newest last."""
 
-    def __init__(self, kernel_manager: Any, event_logger: Any, log: logging.Logger) -> None:
+    def __init__(
+        self,
+        kernel_manager: Any,
+        event_logger: Any,
+        log: logging.Logger,
+        paths: Callable[[], Awaitable[dict[str, str | None]]],
+    ) -> None:
         self.kernel_manager = kernel_manager
+        self.paths = paths  # kernel id -> notebook: a death within seconds of the start has one too
         self.event_logger = event_logger
         self.log = log
         self.watched: dict[str, Watched] = {}
@@ -148,6 +156,8 @@ class ExitLog:
 
     async def _record(self, kernel_id: str, seen: Watched, returncode: int | None) -> None:
         now = time.time()
+        if seen.path is None:
+            seen.path = (await self.paths()).get(kernel_id)
         cgroup = seen.cgroup
         after = await asyncio.get_running_loop().run_in_executor(None, cgroup.oom_kills) if cgroup else None
         xids = tuple(

@@ -66,6 +66,12 @@ async def kernel_model(kernel_manager: Any, kernel_id: str) -> dict[str, Any] | 
         return {"id": kernel_id, "execution_state": "starting", "last_activity": None, "connections": 0}
 
 
+async def notebook_paths(session_manager: Any) -> dict[str, str | None]:
+    """Kernel id → the notebook of its session (from the session manager's in-process database)."""
+    sessions = await ensure_async(session_manager.list_sessions())
+    return {s["kernel"]["id"]: s.get("path") for s in sessions if s.get("kernel")}
+
+
 def unix_time(iso: Any) -> float | None:
     """jupyter_server's ISO 8601 times end in 'Z', which Python 3.10's fromisoformat refuses."""
     if not isinstance(iso, str):
@@ -100,8 +106,7 @@ class KernelView:
         self.cell_history = CellHistory()
 
     async def kernel_refs(self) -> list[KernelRef]:
-        sessions = await ensure_async(self.session_manager.list_sessions())
-        paths = {s["kernel"]["id"]: s.get("path") for s in sessions if s.get("kernel")}
+        paths = await notebook_paths(self.session_manager)
         refs = []
         for kernel_id in self.kernel_manager.list_kernel_ids():
             # The manager's own model: activity and connections as its culler sees them.

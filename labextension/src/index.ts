@@ -17,7 +17,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { addRefreshCommand, addToPalette, CommandIDs } from './commands';
-import { notifyCulls } from './cullNotices';
+import { notifyServerEvents } from './serverNotices';
 import { addDashboardCommand } from './dashboardCommand';
 import { GpuModel } from './model';
 import { notebookLinks } from './notebooks';
@@ -58,7 +58,7 @@ const plugin: JupyterFrontEndPlugin<IGpuModel> = {
     router: IRouter | null
   ): IGpuModel => {
     const model = new GpuModel(app.serviceManager.serverSettings);
-    notifyCulls(app.serviceManager.events, model);
+    notifyServerEvents(app.serviceManager.events, model);
     addSidebarPanel(app, model, notebookLinks(app, notebooks), restorer);
     addDashboardCommand(app, model, { restorer, launcher, tree, router });
     addRefreshCommand(app, model);

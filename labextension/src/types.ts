@@ -44,6 +44,10 @@ export type AllocatorState =
  * How the cell ended: 'ok', 'error', 'oom' (CUDA out of memory) or 'interrupted'.
  */
 export type CellOutcome = 'ok' | 'error' | 'oom' | 'interrupted';
+/**
+ * 'oom_killed': ended by SIGKILL while the out-of-memory killer's count in its memory cgroup rose; 'gpu_error': NVML reported an Xid on a GPU it used while it ran; 'signal': another signal, or SIGKILL without the count rising; 'exited': it exited by itself.
+ */
+export type ExitCause = 'oom_killed' | 'gpu_error' | 'signal' | 'exited';
 
 /**
  * The routes under {base_url}api/gpu/, each named by its path with its reply's schema. Not itself a reply: where tools (the TypeScript generator, the tests) start.
@@ -54,6 +58,8 @@ export interface Replies {
   kernels: KernelsReply;
   cells: CellsReply;
   free_cache: FreeCacheReply;
+  host: HostReply;
+  exits: ExitsReply;
 }
 /**
  * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the server runs.
@@ -689,4 +695,115 @@ export interface Device1 {
    * In live tensors: not freed, and not freeable without deleting them.
    */
   allocated_bytes: number;
+}
+/**
+ * GET {base_url}api/gpu/host: what the server's container allows it and its kernels (its cgroups, v1 or v2: the tightest limit on the way up), how much room /dev/shm has (DataLoader workers pass batches through it), and each kernel's resident memory. Read from /proc and /sys/fs/cgroup, not NVML; a part that cannot be read is null, with the reason in `unavailable`.
+ */
+export interface HostReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * When it was read (Unix seconds).
+   */
+  time: number;
+  /**
+   * 1 or 2, as the memory controller is mounted; null when no memory cgroup is readable.
+   */
+  cgroup_version: 1 | 2 | null;
+  memory: HostMemory;
+  cpu: HostCpu;
+  pids: HostPids;
+  shm: HostShm;
+  kernels: KernelHostMemory[];
+  /**
+   * Part ('memory', 'cpu', 'pids', 'shm') → why it is null, for people.
+   */
+  unavailable: {
+    [k: string]: string;
+  };
+}
+export interface HostMemory {
+  /**
+   * The container's memory limit; null when there is none (or it cannot be read).
+   */
+  limit_bytes: number | null;
+  /**
+   * What the server's memory cgroup uses now (page cache included, as the limit counts it).
+   */
+  usage_bytes: number | null;
+  /**
+   * Processes the out-of-memory killer has ended in the server's memory cgroup since it was made.
+   */
+  oom_kills: number | null;
+}
+export interface HostCpu {
+  /**
+   * CPUs' worth of time the cgroup allows (cpu.max, or cfs_quota_us over cfs_period_us); null without a quota.
+   */
+  quota: number | null;
+  /**
+   * CPUs the server may run on (its affinity).
+   */
+  available: number;
+}
+export interface HostPids {
+  /**
+   * Processes and threads the cgroup allows; null without a limit.
+   */
+  limit: number | null;
+  current: number | null;
+}
+export interface HostShm {
+  /**
+   * Size of /dev/shm (Docker's default is 64 MiB).
+   */
+  size_bytes: number | null;
+  free_bytes: number | null;
+}
+export interface KernelHostMemory {
+  id: string;
+  pid: number | null;
+  /**
+   * The kernel process's resident memory (its DataLoader workers not included); null when it cannot be read.
+   */
+  rss_bytes: number | null;
+}
+/**
+ * GET {base_url}api/gpu/exits: the kernels of this server that died without being asked to (the restarter saw them go), newest last, at most 100. A kernel shut down or restarted on request is never listed.
+ */
+export interface ExitsReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * @maxItems 100
+   */
+  exits: KernelExit[];
+}
+export interface KernelExit {
+  kernel_id: string;
+  /**
+   * The notebook of the kernel's session; null without one.
+   */
+  path: string | null;
+  /**
+   * The process that died.
+   */
+  pid: number | null;
+  /**
+   * When the server saw it gone (Unix seconds).
+   */
+  time: number;
+  cause: ExitCause;
+  /**
+   * A sentence with the figures, for people.
+   */
+  detail: string;
+  /**
+   * Execution count of the cell that was running, when the kernel had said so; null otherwise.
+   */
+  last_cell: number | null;
 }
