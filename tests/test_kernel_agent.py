@@ -62,7 +62,7 @@ def test_before_cuda_writes_no_cuda_in_use(agent, monkeypatch) -> None:
     assert doc["kernel_id"] == KID and doc["pid"] == os.getpid() and doc["version"] == 1
     assert stat.S_IMODE(a.path.stat().st_mode) == 0o600
     # What the agent writes is what the server accepts.
-    stats, reason = read_kernel_stats(a.path.parent, KID)
+    stats, reason = read_kernel_stats(a.path.parent, KID)[:2]
     assert reason is None and stats["cuda_in_use"] is False
 
 
@@ -347,7 +347,7 @@ def test_real_kernel(kernel: RealKernel, tmp_path: Path) -> None:
     _stdout(kernel, "%load_ext jupyter_gpu")
     wait_until("the agent's stats file", path.exists, timeout=30)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    stats, reason = read_kernel_stats(tmp_path, kid)
+    stats, reason = read_kernel_stats(tmp_path, kid)[:2]
     assert reason is None and stats["cuda_in_use"] is False
     assert stats["pid"] == kernel.km.provisioner.pid
     imported_at = float(_stdout(kernel, "import time, torch; x = torch.ones(4); print(time.time())"))

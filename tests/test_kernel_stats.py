@@ -48,7 +48,7 @@ def _write(runtime: Path, content: bytes | str | dict, mode: int = 0o600) -> Pat
 def _read(runtime: Path, **kwargs):
     kwargs.setdefault("now", NOW)
     kwargs.setdefault("pid_alive", _alive)
-    return read_kernel_stats(runtime, KID, **kwargs)
+    return read_kernel_stats(runtime, KID, **kwargs)[:2]  # (stats, reason)
 
 
 def test_valid_file(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_pid_check_that_raises_counts_as_gone(tmp_path: Path) -> None:
 
 def test_real_pid_check(tmp_path: Path) -> None:
     _write(tmp_path, _doc(pid=os.getpid(), time=time.time()))
-    stats, reason = read_kernel_stats(tmp_path, KID)
+    stats, reason = read_kernel_stats(tmp_path, KID)[:2]
     assert reason is None and stats["pid"] == os.getpid()
 
 
@@ -287,4 +287,4 @@ def test_future_time(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kernel_id", ["../etc/passwd", "", "a/b", ".hidden", "x" * 200])
 def test_bad_kernel_ids_are_not_paths(tmp_path: Path, kernel_id: str) -> None:
-    assert read_kernel_stats(tmp_path, kernel_id) == (None, "not a valid kernel id")
+    assert read_kernel_stats(tmp_path, kernel_id)[:2] == (None, "not a valid kernel id")

@@ -23,6 +23,8 @@ MAX_DEVICES = 64
 MAX_BYTES = 256 * 1024
 # Linux's PID_MAX_LIMIT; other systems stay below it.
 MAX_PID = 2**22
+# How the kernel found its process in NVML's list (analysis/nvml_identity.py); absent: not tried.
+NVML_MATCHES = ("same_namespace", "matched", "ambiguous", "unmatched")
 
 _COUNTS = (
     "allocated_bytes",
@@ -143,6 +145,13 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         if device["uuid"] is not None and any(d["uuid"] == device["uuid"] for d in clean_devices):
             return None, f"device uuid {device['uuid']} is listed twice"
         clean_devices.append(device)
+    nvml_pid, nvml_match = doc.get("nvml_pid"), doc.get("nvml_match")
+    if nvml_pid is not None and not is_int(nvml_pid, 1, MAX_PID):
+        return None, f"nvml_pid is not an integer from 1 to {MAX_PID}"
+    if nvml_match is not None and nvml_match not in NVML_MATCHES:
+        return None, f"nvml_match is not one of {', '.join(NVML_MATCHES)}"
+    if (nvml_pid is None) != (nvml_match not in ("matched", "same_namespace")):
+        return None, "nvml_pid is given exactly when nvml_match is matched or same_namespace"
     return {
         "version": VERSION,
         "kernel_id": kernel_id,
@@ -150,4 +159,6 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         "time": doc["time"],
         "cuda_in_use": doc["cuda_in_use"],
         "devices": clean_devices,
+        "nvml_pid": nvml_pid,
+        "nvml_match": nvml_match,
     }, None

@@ -31,6 +31,7 @@ from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summari
 from ..analysis.stats_file import MAX_BYTES, VERSION, device_record, file_name
 from ..runtime_dir import beside_connection, own_path, remove_published, write_own_file
 from ..torch_state import nvml_uuid, snapshot_segments, torch_in_use
+from .nvml_match import NvmlMatcher
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class KernelAgent(Configurable):
         self._snapshot_time: float | None = None
         self._next_snapshot = 0.0
         self._warned = False
+        self._nvml = NvmlMatcher()  # which NVML process is this kernel, across PID namespaces
 
     # -- what is published ---------------------------------------------------------------
 
@@ -81,6 +83,10 @@ class KernelAgent(Configurable):
                     continue
                 figures = allocator_figures(stats, self._snapshot.get(index))
                 devices.append(device_record(index, self._uuid(torch, index), figures, self._snapshot_time))
+        used = next(
+            ((d["uuid"], d["reserved_bytes"]) for d in devices if d["uuid"] and d["reserved_bytes"]), None
+        )
+        self._nvml.tick(torch, used)
         return {
             "version": VERSION,
             "kernel_id": self.kernel_id,
@@ -88,6 +94,7 @@ class KernelAgent(Configurable):
             "time": self.clock(),
             "cuda_in_use": torch is not None,
             "devices": devices,
+            **self._nvml.fields(),
         }
 
     def _uuid(self, torch: ModuleType, index: int) -> str | None:
@@ -133,6 +140,7 @@ class KernelAgent(Configurable):
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
         remove_published(self.path, self.kernel_id, MAX_BYTES)
+        self._nvml.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():

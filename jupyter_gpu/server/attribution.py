@@ -2,7 +2,9 @@
 
 A GPU process belongs to a kernel when it is the kernel's process or a descendant of it
 (DataLoader workers, subprocesses). PIDs that cannot be checked in this PID namespace are never
-guessed at: they are listed as unattributed.
+guessed at: one belongs to a kernel only when that kernel alone claims it, having matched itself
+to it (``analysis/nvml_identity.py``, published in its stats file); the others are listed as
+unattributed.
 """
 
 from __future__ import annotations
@@ -48,9 +50,11 @@ class Attribution(TypedDict):
     hidden_processes: int
 
 
-def _owner(meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str]) -> str | None:
+def _owner(
+    meta: ProcessMeta | None, pid: int, kernel_pids: dict[int, str], claims: dict[int, str]
+) -> str | None:
     if meta is None or meta.same_namespace is False:
-        return None
+        return claims.get(pid)
     for candidate in (pid, *meta.ancestors):
         if candidate in kernel_pids:
             return kernel_pids[candidate]
@@ -64,9 +68,16 @@ def attribute(
     *,
     current_user: str | None,
     show_all_users: bool,
+    claims: dict[str, int] | None = None,
 ) -> Attribution:
-    """Per-kernel GPU memory, unattributed processes, and how many others were hidden."""
+    """Per-kernel GPU memory, unattributed processes, and how many others were hidden.
+    ``claims``: kernel id → the NVML PID it matched itself to, in another PID namespace."""
     kernel_pids = {k.pid: k.id for k in kernels if k.pid is not None}
+    claimed: dict[int, list[str]] = {}
+    for claimant, nvml_pid in (claims or {}).items():
+        claimed.setdefault(nvml_pid, []).append(claimant)
+    # a PID two kernels claim is neither's: never a guess
+    sole = {pid: ids[0] for pid, ids in claimed.items() if len(ids) == 1 and pid not in kernel_pids}
     usage: dict[str, dict[int, KernelGpuMemory]] = {k.id: {} for k in kernels}
     unattributed: list[UnattributedProcess] = []
     hidden = 0
@@ -74,7 +85,7 @@ def attribute(
         for proc in gpu.get("processes") or ():
             pid = proc["pid"]
             info = meta.get(pid)
-            kernel_id = _owner(info, pid, kernel_pids)
+            kernel_id = _owner(info, pid, kernel_pids, sole)
             if kernel_id is not None:
                 row = usage[kernel_id].setdefault(
                     gpu["index"],

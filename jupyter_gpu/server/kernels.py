@@ -154,6 +154,7 @@ class KernelView:
             self.sampler.process_meta(),
             current_user=self.current_user,
             show_all_users=self.show_all_users,
+            claims={kid: st.nvml_pid for kid, st in stats.items() if st.nvml_pid is not None},
         )
         now = time.time()
         kernels: list[Kernel] = [

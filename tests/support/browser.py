@@ -82,7 +82,8 @@ def _free_port() -> int:
 
 class LabServer:
     """A `jupyter lab` subprocess with its own config, data, runtime and notebook dirs; with
-    ``app="notebook"``, Notebook 7's `jupyter notebook` instead (the same extension system)."""
+    ``app="notebook"``, Notebook 7's `jupyter notebook` instead (the same extension system), and
+    with ``app="jupyter_server"`` the server alone (no front end: the GPU machine has none)."""
 
     def __init__(
         self,
@@ -136,7 +137,6 @@ class LabServer:
             JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
             PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), env.get("PYTHONPATH", "")]),
         )
-        app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
         cmd = [
             *self.prefix,
             sys.executable,
@@ -150,10 +150,14 @@ class LabServer:
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={self.root}",
             f"--ServerApp.base_url={self.base_url}",
-            f"--{app_class}.user_settings_dir={tmp / 'settings'}",
-            f"--{app_class}.workspaces_dir={tmp / 'workspaces'}",
-            f"--{app_class}.expose_app_in_browser=True",
         ]
+        if self.app != "jupyter_server":  # a front end: JupyterLab, or Notebook 7
+            app_class = "LabApp" if self.app == "jupyterlab" else "JupyterNotebookApp"
+            cmd += [
+                f"--{app_class}.user_settings_dir={tmp / 'settings'}",
+                f"--{app_class}.workspaces_dir={tmp / 'workspaces'}",
+                f"--{app_class}.expose_app_in_browser=True",
+            ]
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             cmd, env=env, cwd=tmp, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True

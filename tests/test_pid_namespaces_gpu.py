@@ -1,0 +1,101 @@
+"""On a real GPU: a Jupyter server and its kernels in a PID namespace of their own (``unshare
+--pid --fork --mount-proc``, as in a container), so NVML reports the host's PIDs, which nothing
+in there has. Each kernel finds its own NVML process, and the server gives each notebook the
+memory nvidia-smi gives that process."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from jupyter_client.blocking import BlockingKernelClient
+from support.browser import LabServer
+from support.kernel_client import run
+from support.machine import nvidia_smi
+
+from jupyter_gpu.analysis.stats_file import file_name
+
+pytestmark = pytest.mark.gpu
+
+GIB = 2**30
+NOTEBOOKS = {"two.ipynb": 2, "four.ipynb": 4}  # GiB each allocates
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    lab = LabServer(
+        tmp_path_factory.mktemp("pidns"),
+        app="jupyter_server",
+        gpu={"backend": "nvml", "interval": 0.5},
+        prefix=("unshare", "--pid", "--fork", "--mount-proc"),
+    )
+    yield lab
+    lab.stop()
+
+
+def client_of(server: LabServer, kernel_id: str) -> BlockingKernelClient:
+    client = BlockingKernelClient()
+    client.load_connection_file(str(server.tmp / "runtime" / f"kernel-{kernel_id}.json"))
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    return client
+
+
+def agent_says(server: LabServer, kernel_id: str, states: set[str], timeout: float = 30) -> dict[str, Any]:
+    """The kernel's stats file once its agent's ``nvml_match`` is one of ``states``."""
+    path = server.tmp / "runtime" / file_name(kernel_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):  # not written yet, or being replaced
+            doc = {}
+        if doc.get("nvml_match") in states:
+            return doc
+        assert time.monotonic() < deadline, f"{kernel_id}: the agent said {doc.get('nvml_match')!r}"
+        time.sleep(0.2)
+
+
+def test_each_notebook_gets_the_memory_nvidia_smi_gives_its_host_process(server: LabServer) -> None:
+    kernels: dict[str, str] = {}
+    clients: dict[str, BlockingKernelClient] = {}
+    try:
+        for path, gib in NOTEBOOKS.items():
+            kernel_id = server.start_notebook_kernel(path)
+            clients[kernel_id] = client_of(server, kernel_id)
+            kernels[kernel_id] = path
+            # one cell, as people write it: the agent has no list from before the context
+            cell = run(
+                clients[kernel_id],
+                f"%load_ext jupyter_gpu\nimport torch\nx = torch.empty({gib} * 2**30, dtype=torch.uint8, device='cuda')",
+            )
+            assert cell.ok, cell.traceback
+        for kernel_id in kernels:  # both contexts exist: neither can tell which process it is
+            agent_says(server, kernel_id, {"ambiguous", "matched"})
+        for kernel_id in kernels:  # one allocation each, in turn: the memory moves with one allocator
+            assert run(clients[kernel_id], "y = torch.empty(2**30, dtype=torch.uint8, device='cuda')").ok
+            matched = agent_says(server, kernel_id, {"matched"})
+            assert matched["nvml_pid"] != matched["pid"]  # the host's number, not the namespace's
+
+        deadline = time.monotonic() + 60
+        while True:
+            reply: dict[str, Any] = server.api("GET", "api/gpu/kernels")
+            held = {k["id"]: k["gpu_memory"] for k in reply["kernels"] if k["id"] in kernels}
+            if all(held.get(kernel_id) for kernel_id in kernels):
+                break
+            assert time.monotonic() < deadline, f"not attributed within 60 s: {reply}"
+            time.sleep(0.5)
+        smi = {int(pid): int(mib) * 2**20 for pid, mib in nvidia_smi("pid,used_memory", "compute-apps")}
+        for kernel_id, rows in held.items():
+            (row,) = rows
+            (pid,) = row["pids"]
+            assert pid in smi, f"{kernels[kernel_id]}: {pid} is not a process nvidia-smi lists ({smi})"
+            assert abs(row["used_memory_bytes"] - smi[pid]) <= 0.02 * smi[pid], (kernels[kernel_id], row, smi)
+            assert row["used_memory_bytes"] >= (NOTEBOOKS[kernels[kernel_id]] + 1) * GIB
+        assert len({rows[0]["pids"][0] for rows in held.values()}) == 2  # two processes, told apart
+    finally:
+        for client in clients.values():
+            client.stop_channels()
