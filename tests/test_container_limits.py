@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_client.blocking import BlockingKernelClient
 from support.browser import LabServer
 from support.jupyter_api import check_reply
 from support.memory_cgroup import entering, memory_cgroup
@@ -29,14 +28,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
             lab.stop()
 
 
-def client_of(server: LabServer, kernel_id: str) -> BlockingKernelClient:
-    client = BlockingKernelClient()
-    client.load_connection_file(str(server.tmp / "runtime" / f"kernel-{kernel_id}.json"))
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
-    return client
-
-
 def test_the_server_reports_the_containers_memory_limit(server: LabServer) -> None:
     host = server.api("GET", "api/gpu/host")
     check_reply("host", host)
@@ -47,7 +38,7 @@ def test_the_server_reports_the_containers_memory_limit(server: LabServer) -> No
 
 def test_a_kernel_over_the_limit_is_listed_as_killed_by_the_oom_killer(server: LabServer) -> None:
     kernel_id = server.start_notebook_kernel("course/week3/train.ipynb")
-    client = client_of(server, kernel_id)
+    client = server.kernel_client(kernel_id)
     try:
         client.execute("hog = b'x' * (3 * 2**30)")  # 3 GiB, written: resident, over the limit
 

@@ -36,14 +36,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     lab.stop()
 
 
-def client_of(server: LabServer, kernel_id: str) -> BlockingKernelClient:
-    client = BlockingKernelClient()
-    client.load_connection_file(str(server.tmp / "runtime" / f"kernel-{kernel_id}.json"))
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
-    return client
-
-
 def agent_says(server: LabServer, kernel_id: str, states: set[str], timeout: float = 30) -> dict[str, Any]:
     """The kernel's stats file once its agent's ``nvml_match`` is one of ``states``."""
     path = server.tmp / "runtime" / file_name(kernel_id)
@@ -65,7 +57,7 @@ def test_each_notebook_gets_the_memory_nvidia_smi_gives_its_host_process(server:
     try:
         for path, gib in NOTEBOOKS.items():
             kernel_id = server.start_notebook_kernel(path)
-            clients[kernel_id] = client_of(server, kernel_id)
+            clients[kernel_id] = server.kernel_client(kernel_id)
             kernels[kernel_id] = path
             # one cell, as people write it: the agent has no list from before the context
             cell = run(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_client.blocking import BlockingKernelClient
 
 from support.paths import READINGS, TESTS
 from support.paths import ROOT as REPO
@@ -223,6 +224,14 @@ class LabServer:
             {"path": path, "type": "notebook", "name": "", "kernel": {"name": "python3"}},
         )
         return session["kernel"]["id"]
+
+    def kernel_client(self, kernel_id: str) -> BlockingKernelClient:
+        """A client of one of its kernels, ready, through the kernel's connection file."""
+        client = BlockingKernelClient()
+        client.load_connection_file(str(self.tmp / "runtime" / f"kernel-{kernel_id}.json"))
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        return client
 
     def stop(self) -> None:
         if self.process.poll() is None:
