@@ -105,7 +105,7 @@ class LabServer:
         self.log_path = tmp / "jupyter-lab.log"
         for d in ("config/labconfig", "data/labextensions", "runtime", "settings", "workspaces", "notebooks"):
             (tmp / d).mkdir(parents=True, exist_ok=True)
-        extension = _labextension_dir()
+        extension = _labextension_dir() if app != "jupyter_server" else None  # no front end to serve it
         if extension is not None:
             (tmp / "data" / "labextensions" / "jupyter-gpu").symlink_to(extension)
         config = {
