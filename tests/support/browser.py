@@ -229,8 +229,11 @@ class LabServer:
         """A client of one of its kernels, ready, through the kernel's connection file."""
         client = BlockingKernelClient()
         client.load_connection_file(str(self.tmp / "runtime" / f"kernel-{kernel_id}.json"))
-        client.start_channels()
-        client.wait_for_ready(timeout=60)
+        client.start_channels(hb=False)
+        # wait_for_ready would also ask the heartbeat, which a kernel busy starting (another
+        # kernel's CUDA context being made beside it) may not answer in its first second
+        client.kernel_info()
+        client.get_shell_msg(timeout=60)
         return client
 
     def stop(self) -> None:
