@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from support.jupyter_api import check_reply, get, start_notebook_kernel
+from support.kernel_client import run_cell
+from support.prometheus_text import parse
 from support.simulated_gpu import GIB
 from support.waiting import holds, wait_for
 
@@ -125,6 +127,11 @@ async def test_a_gpu_error_on_the_kernels_gpu_is_named_as_the_cause(jp_fetch, gp
     listed = await wait_for_exit(jp_fetch)
     assert listed["cause"] == "gpu_error"
     assert listed["detail"] == "GPU 1 reported Xid 79; the kernel then died"
+    # and Prometheus counts both, by GPU and Xid
+    metrics = (await jp_fetch("metrics")).body.decode()
+    _, samples = parse(metrics)["jupyter_gpu_xid_errors"]
+    counted = {(s.labels["gpu"], s.labels["xid"]): s.value for s in samples if s.name.endswith("_total")}
+    assert counted == {("0", "31"): 1.0, ("1", "79"): 1.0}
 
 
 async def test_host_reports_the_containers_limits_and_each_kernels_resident_memory(
@@ -132,11 +139,13 @@ async def test_host_reports_the_containers_limits_and_each_kernels_resident_memo
 ):
     kernel_id = await start_notebook_kernel(jp_fetch, "host.ipynb")
     pid = await watched(gpu_monitor, kernel_id)
+    manager = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id)
+    await run_cell(manager, "held = b'x' * (256 * 2**20)")  # written: resident
     await gpu_monitor._refresh_kernels()
     reply = await get(jp_fetch, "host")
     check_reply("host", reply)
     (kernel,) = [k for k in reply["kernels"] if k["id"] == kernel_id]
-    assert kernel["pid"] == pid and kernel["rss_bytes"] > 10 * 2**20  # a Python with IPython loaded
+    assert kernel["pid"] == pid and kernel["rss_bytes"] >= 256 * 2**20
     stat = os.statvfs("/dev/shm")
     assert reply["shm"]["size_bytes"] == stat.f_blocks * stat.f_frsize
     assert reply["cpu"]["available"] == len(os.sched_getaffinity(0))

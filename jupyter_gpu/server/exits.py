@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,8 @@ class ExitLog:
         self.watched: dict[str, Watched] = {}
         self.exits: deque[KernelExit] = deque(maxlen=MAX_EXITS)
         self._xids: deque[tuple[float, int, int]] = deque(maxlen=MAX_XIDS)
+        self._xid_counts: Counter[tuple[int, int]] = Counter()  # (gpu, xid) -> since start
+        self._xid_lock = threading.Lock()  # the XID thread counts, a scrape reads
         self._callbacks: set[str] = set()  # kernels whose restarter calls us
         self._tasks: set[asyncio.Task[None]] = set()
         event_logger.register_event_schema(EVENT_SCHEMA)
@@ -85,6 +88,13 @@ class ExitLog:
     def xid(self, gpu: int, xid: int, when: float) -> None:
         """A GPU error, from the XID thread (a deque's append is atomic; readers copy it)."""
         self._xids.append((when, gpu, xid))
+        with self._xid_lock:
+            self._xid_counts[(gpu, xid)] += 1
+
+    def xid_counts(self) -> dict[tuple[int, int], int]:
+        """(GPU index, Xid) → how many NVML reported since the server started."""
+        with self._xid_lock:
+            return dict(self._xid_counts)
 
     async def update(self, kernels: list[Kernel]) -> None:
         """Learn the live kernels from the kernel view's latest reply: new or restarted ones

@@ -189,6 +189,20 @@ def info_family(system: dict[str, Any], devices: Iterable[dict[str, Any]]) -> In
     return info
 
 
+def xid_family(counts: dict[tuple[int, int], int], devices: Iterable[dict[str, Any]]) -> Metric:
+    """``jupyter_gpu_xid_errors_total``: the critical errors (Xids) each GPU reported since the
+    server started, by Xid number (DCGM's XID_ERRORS gauge keeps only the last one)."""
+    uuids = {device["index"]: device.get("uuid") for device in devices}
+    family = CounterMetricFamily(
+        "jupyter_gpu_xid_errors",
+        "Critical GPU errors (Xids) NVML reported since the server started, by Xid.",
+        labels=[*GPU_LABELS, "xid"],
+    )
+    for (gpu, xid), count in sorted(counts.items()):
+        family.add_metric([*_gpu_key(gpu, uuids.get(gpu)), str(xid)], count)
+    return family
+
+
 def _kernel_key(
     kernel: dict[str, Any], index: Any, uuid: str | None, keep: tuple[str, ...]
 ) -> tuple[str, ...]:
@@ -322,6 +336,7 @@ class GPUCollector(Collector):
             return
         yield info_family(status.system, status.devices)
         yield from gpu_families(latest.gpus)
+        yield xid_family(monitor.exits.xid_counts(), status.devices)
         if monitor.kernels.last:
             yield from kernel_families(monitor.kernels.last, monitor.metrics_kernel_labels)
 
