@@ -282,6 +282,9 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         return None, "kernel_id does not match the file name"
     if not is_int(doc.get("pid"), 1, MAX_PID):
         return None, f"pid is not an integer from 1 to {MAX_PID}"
+    running, why = _running(doc.get("running"))
+    if why is not None:
+        return None, why
     cells = doc.get("cells")
     if not isinstance(cells, list) or len(cells) > MAX_CELLS:
         return None, f"cells is not a list of at most {MAX_CELLS} entries"
@@ -293,7 +296,29 @@ def validate(doc: Any, kernel_id: str) -> tuple[dict[str, Any] | None, str | Non
         if clean and cell["seq"] <= clean[-1]["seq"]:
             return None, "cells are not in increasing seq order"
         clean.append(cell)
-    return {"version": VERSION, "kernel_id": kernel_id, "pid": doc["pid"], "cells": clean}, None
+    return {
+        "version": VERSION,
+        "kernel_id": kernel_id,
+        "pid": doc["pid"],
+        "running": running,
+        "cells": clean,
+    }, None
+
+
+def _running(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The cell running as the file was written (absent or null between cells), or why not."""
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict):
+        return None, "running is not an object"
+    count, cell_id, start = raw.get("execution_count"), raw.get("cell_id"), raw.get("start")
+    if count is not None and not is_int(count, 0, MAX_COUNT):
+        return None, "running's execution_count is not an integer from 0 to 2**53"
+    if cell_id is not None and not (isinstance(cell_id, str) and CELL_ID.fullmatch(cell_id)):
+        return None, "running's cell_id is not a cell id"
+    if not is_number(start):
+        return None, "running's start is not a finite number"
+    return {"execution_count": count, "cell_id": cell_id, "start": start}, None
 
 
 # -- what users read -------------------------------------------------------------------------

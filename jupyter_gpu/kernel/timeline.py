@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from ..analysis.cells import (
+    CELL_ID,
     MAX_BYTES,
     MAX_CELLS,
     MAX_RANKS,
@@ -110,9 +111,16 @@ class ProcessMemory:
 class CellTimeline:
     """The records of this kernel's cells, newest last, and the thread that publishes them."""
 
-    def __init__(self, path: Path | None = None, kernel_id: str | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        kernel_id: str | None = None,
+        execution_count: Callable[[], Any] = lambda: None,
+    ) -> None:
         self.path = path
         self.kernel_id = kernel_id
+        self.execution_count = execution_count  # the shell's: at pre_run_cell, the running cell's
+        self._running: dict[str, Any] | None = None  # published: the server names it if we die
         self._cells: deque[dict[str, Any]] = deque(maxlen=MAX_CELLS)
         self._encoded: deque[bytes] = deque(maxlen=MAX_CELLS)
         self._lock = threading.Lock()  # the cells, between the shell thread and the writer
@@ -133,12 +141,20 @@ class CellTimeline:
         start, started = time.time(), time.perf_counter()
         self._started = (cell_id if isinstance(cell_id, str) else None, start, started, self._readings())
         self._ranks = []
+        count = self.execution_count()
+        self._running = {
+            "execution_count": count if isinstance(count, int) else None,
+            "cell_id": cell_id if isinstance(cell_id, str) and CELL_ID.fullmatch(cell_id) else None,
+            "start": start,
+        }
+        self._dirty.set()
 
     def post_run_cell(self, result: Any) -> None:
         if self._started is None:  # loaded by this very cell: it had no start
             return
         cell_id, start, started, before = self._started
         self._started = None
+        self._running = None
         after = self._readings()
         end = time.time()
         count = getattr(result, "execution_count", None)
@@ -190,7 +206,13 @@ class CellTimeline:
         """The file's content: the newest cells that fit in ``MAX_BYTES``."""
         assert self.kernel_id is not None
         head = json.dumps(
-            {"version": VERSION, "kernel_id": self.kernel_id, "pid": os.getpid(), "time": time.time()},
+            {
+                "version": VERSION,
+                "kernel_id": self.kernel_id,
+                "pid": os.getpid(),
+                "time": time.time(),
+                "running": self._running,
+            },
             separators=(",", ":"),
         ).encode()[:-1]
         with self._lock:
@@ -250,7 +272,8 @@ def timeline_of(ipython: Any) -> CellTimeline | None:
 def register(ipython: Any) -> Callable[[], None]:
     """Record every cell; in a kernel, publish the records for the server."""
     found = beside_connection(cells_file_name)
-    timeline = CellTimeline(*found) if found else CellTimeline()
+    count = lambda: ipython.execution_count  # noqa: E731
+    timeline = CellTimeline(*found, execution_count=count) if found else CellTimeline(execution_count=count)
     _timelines[id(ipython)] = timeline
     ipython.events.register("pre_run_cell", timeline.pre_run_cell)
     ipython.events.register("post_run_cell", timeline.post_run_cell)

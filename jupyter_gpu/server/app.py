@@ -173,6 +173,7 @@ class GPUMonitor(ExtensionApp):
             self.serverapp.event_logger,
             self.log,
             lambda: notebook_paths(sessions),
+            self.kernels.running_cell,
         )
         # GPU errors on a thread of their own, straight into the exit log
         self._xids = XidWatcher(self.exits.xid, self.simulated_nvml if self.simulated else pynvml)

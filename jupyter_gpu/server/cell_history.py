@@ -107,6 +107,7 @@ class _KernelCells:
         self.last_seq: dict[int, int] = {}  # writer pid -> highest seq taken from it
         self.file_key: tuple[int, int, int] | None = None  # (inode, size, mtime) last read
         self.reason: str | None = NOT_LOADED
+        self.running: dict[str, Any] | None = None  # the cell running at the file's last write
 
 
 class CellHistory:
@@ -166,6 +167,7 @@ class CellHistory:
         fresh = [Kept.of(writer, c) for c in clean["cells"] if c["seq"] > seen]
         with self._lock:
             entry.reason = None
+            entry.running = clean["running"]
             seen = entry.last_seq.get(writer, -1)  # another thread may have taken some meanwhile
             fresh = [kept for kept in fresh if kept.seq > seen]
             if fresh:
@@ -199,6 +201,12 @@ class CellHistory:
             _named(top(((k, k.left) for k in kept), RANKED)),
             _named(top(((k, k.peak) for k in kept), RANKED)),
         )
+
+    def running(self, kernel_id: str) -> dict[str, Any] | None:
+        """The cell the kernel said was running when it last wrote its file (None between cells)."""
+        with self._lock:
+            entry = self._kernels.get(kernel_id)
+            return None if entry is None else entry.running
 
     def keep_only(self, kernel_ids: set[str]) -> None:
         """Forget the kernels that were shut down."""

@@ -70,8 +70,10 @@ class ExitLog:
         event_logger: Any,
         log: logging.Logger,
         paths: Callable[[], Awaitable[dict[str, str | None]]],
+        running_cell: Callable[[str, int | None], dict[str, Any] | None],
     ) -> None:
         self.kernel_manager = kernel_manager
+        self.running_cell = running_cell  # (kernel id, pid) -> the cell it said was running; blocking
         self.paths = paths  # kernel id -> notebook: a death within seconds of the start has one too
         self.event_logger = event_logger
         self.log = log
@@ -168,8 +170,12 @@ class ExitLog:
         now = time.time()
         if seen.path is None:
             seen.path = (await self.paths()).get(kernel_id)
+        loop = asyncio.get_running_loop()
+        running = await loop.run_in_executor(None, self.running_cell, kernel_id, seen.pid)
+        if running is not None:  # from this process's file: another's is refused by its pid
+            seen.running_cell = running["execution_count"]
         cgroup = seen.cgroup
-        after = await asyncio.get_running_loop().run_in_executor(None, cgroup.oom_kills) if cgroup else None
+        after = await loop.run_in_executor(None, cgroup.oom_kills) if cgroup else None
         xids = tuple(
             (gpu, xid) for when, gpu, xid in list(self._xids) if when >= seen.since and gpu in seen.gpus
         )

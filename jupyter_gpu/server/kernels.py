@@ -186,6 +186,12 @@ class KernelView:
             "cull_in_seconds": cull_in(self.cull_policy, idle, memory, kernel["connections"]),
         }
 
+    def running_cell(self, kernel_id: str, pid: int | None) -> dict[str, Any] | None:
+        """The cell the kernel last said was running, read afresh from its timeline file (a
+        killed kernel leaves it behind); blocking, for a worker thread."""
+        self.cell_history.ingest(self.kernel_manager.connection_dir, kernel_id, pid)
+        return self.cell_history.running(kernel_id)
+
     async def cells(self, kernel_id: str, since: int | None, limit: int) -> str | None:
         """``GET api/gpu/kernels/<id>/cells``: a page of the kernel's timeline (``CellHistory.page``),
         as the reply's body; None for no such kernel."""
