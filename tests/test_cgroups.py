@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpu import container_limits
 from jupyter_gpu.analysis import cgroups
-from jupyter_gpu.server import host_limits
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -110,7 +110,7 @@ def _fake_v2(tmp_path: Path, *, parent_max: str, own_max: str) -> Path:
 
 def test_the_reader_takes_the_tightest_limit_on_the_way_up(tmp_path):
     proc = _fake_v2(tmp_path, parent_max="1610612736\n", own_max="max\n")
-    limits = host_limits.read(proc=str(proc), shm=str(tmp_path))
+    limits = container_limits.read(proc=str(proc), shm=str(tmp_path))
     assert limits.cgroup_version == 2
     assert (limits.memory_limit_bytes, limits.memory_usage_bytes, limits.oom_kills) == (
         1610612736,
@@ -122,7 +122,7 @@ def test_the_reader_takes_the_tightest_limit_on_the_way_up(tmp_path):
 
 
 def test_the_reader_says_why_when_there_is_nothing_to_read(tmp_path):
-    limits = host_limits.read(proc=str(tmp_path / "absent"), shm=str(tmp_path / "no-shm"))
+    limits = container_limits.read(proc=str(tmp_path / "absent"), shm=str(tmp_path / "no-shm"))
     assert limits.memory_limit_bytes is None
     assert set(limits.unavailable) == {"memory", "cpu", "pids", "shm"}
     assert limits.unavailable["memory"].startswith("cannot read")

@@ -15,7 +15,7 @@ from support.imports import modules_after
 from jupyter_gpu.client import Server
 from jupyter_gpu.doctor import Status, diagnose, evaluate
 from jupyter_gpu.doctor.alloc_conf import parse_alloc_conf
-from jupyter_gpu.doctor.facts import ShmInfo, TorchInfo, gather, read_torch
+from jupyter_gpu.doctor.facts import DataLoaderPlan, MemoryLimit, ShmInfo, TorchInfo, gather, read_torch
 from jupyter_gpu.doctor.nvmlinfo import NvmlDevice, NvmlInfo
 from jupyter_gpu.doctor.servers import ServerProbe, probe_servers
 from jupyter_gpu.doctor.torch_builds import arch_support, choose_build
@@ -313,6 +313,21 @@ def test_small_or_missing_dev_shm():
     assert got.status is Status.WARN and "only 64.0 MiB" in got.summary and "--shm-size" in got.fix
     facts.shm = None
     assert check(evaluate(facts), "shm").status is Status.WARN
+
+
+def test_the_containers_memory_limit_and_the_dataloader_batches_it_must_hold():
+    facts = healthy()
+    assert all(c.id != "container_memory" for c in evaluate(facts).checks)  # no limit: nothing to say
+    facts.memory_limit = MemoryLimit(16 << 30, 4 << 30)
+    got = check(evaluate(facts), "container_memory")
+    assert got.status is Status.OK and "16.0 GiB" in got.summary and "12.0 GiB left" in got.summary
+    facts.dataloader = DataLoaderPlan(workers=8, batch_bytes=1 << 30)  # 16 GiB of batches in /dev/shm
+    got = check(evaluate(facts), "container_memory")
+    assert got.status is Status.WARN and "16.0 GiB of batches in /dev/shm count against it" in got.summary
+    facts.dataloader = None
+    facts.memory_limit = MemoryLimit(16 << 30, 15 << 30)
+    got = check(evaluate(facts), "container_memory")
+    assert got.status is Status.WARN and "past 90%" in got.summary and "--memory" in got.fix
 
 
 def test_stray_pynvml_distribution_beside_nvidia_ml_py():

@@ -3,7 +3,7 @@ how often the out-of-memory killer struck.
 
 Pure functions over the text of ``/proc/<pid>/cgroup``, ``/proc/self/mountinfo`` and the
 controllers' files, so that cgroup v1 and v2 test without either; the server's reader
-(``server/host_limits.py``) hands the text in. A value that does not parse is ``None`` ("not
+(``container_limits.py``) hands the text in. A value that does not parse is ``None`` ("not
 known"), never a guess.
 """
 

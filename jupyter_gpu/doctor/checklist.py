@@ -40,6 +40,7 @@ CHECKS: tuple[Callable[[Facts], Check | None], ...] = (
     e.check_module_loading,
     e.check_shm,
     e.check_dataloader_shm,
+    e.check_container_memory,
     e.check_open_files,
     d.check_nvml_package,
     e.check_nvidia_smi,

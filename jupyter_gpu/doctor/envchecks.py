@@ -260,6 +260,43 @@ def check_dataloader_shm(f: Facts) -> Check | None:
     return Check("dataloader_shm", "DataLoader and /dev/shm", Status.OK, f"{what}: fits")
 
 
+MEMORY_FULL = 0.9  # of the container's limit in use: the next big allocation may be killed
+
+
+def check_container_memory(f: Facts) -> Check | None:
+    """The container's memory limit: what is left of it, and whether the DataLoader's batches in
+    /dev/shm (tmpfs: charged to the same limit) fit in it."""
+    memory = f.memory_limit
+    if memory is None:
+        return None
+    title = "Container memory limit"
+    used = memory.usage_bytes or 0
+    left = max(0, memory.limit_bytes - used)
+    said = f"the container may use {format_bytes(memory.limit_bytes)}; {format_bytes(used)} is in use"
+    fix = (
+        "Ask for a larger memory limit (Docker --memory, the pod's resources.limits.memory), or free memory."
+    )
+    plan = f.dataloader
+    if plan is not None and plan.shm_bytes > left:
+        return Check(
+            "container_memory",
+            title,
+            Status.WARN,
+            f"{said}, and the DataLoader's {format_bytes(plan.shm_bytes)} of batches in /dev/shm count against it: "
+            "the out-of-memory killer would end the kernel",
+            fix=fix,
+        )
+    if used > MEMORY_FULL * memory.limit_bytes:
+        return Check(
+            "container_memory",
+            title,
+            Status.WARN,
+            f"{said}: past {MEMORY_FULL:.0%}, the next large allocation may get the kernel killed",
+            fix=fix,
+        )
+    return Check("container_memory", title, Status.OK, f"{said} ({format_bytes(left)} left)")
+
+
 def check_open_files(f: Facts) -> Check | None:
     if f.open_files is None:
         return None

@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .. import container_limits
 from ..torch_state import torch_in_use
 from . import probe
 from .netif import NetInterface, read_interfaces
@@ -95,6 +96,14 @@ class ShmInfo:
 
 
 @dataclass(frozen=True)
+class MemoryLimit:
+    """The container's memory limit over this process (its cgroup's, tightest on the way up)."""
+
+    limit_bytes: int
+    usage_bytes: int | None
+
+
+@dataclass(frozen=True)
 class DataLoaderPlan:
     """What the user says their DataLoader will do, for the /dev/shm estimate."""
 
@@ -135,6 +144,7 @@ class Facts:
     container: str | None = None  # what says this runs in a container, e.g. "/.dockerenv"
     nvidia_smi: str | None = None  # its path on PATH
     dataloader: DataLoaderPlan | None = None
+    memory_limit: MemoryLimit | None = None  # None: no limit, or none readable
 
 
 def _child_facts(env: Mapping[str, str], python: str) -> dict[str, Any]:
@@ -189,6 +199,14 @@ def read_torch(
         "source",
     )
     return TorchInfo.from_dict(probe.build_facts(torch) | {k: child[k] for k in runtime if k in child})
+
+
+def read_memory_limit() -> MemoryLimit | None:
+    found = container_limits.memory_cgroup()
+    if isinstance(found, str):
+        return None
+    limit = found.limit_bytes()
+    return None if limit is None else MemoryLimit(limit, found.usage_bytes())
 
 
 def read_shm(path: str = "/dev/shm") -> ShmInfo | None:
@@ -251,6 +269,7 @@ def gather(
     servers_reader: Callable[[], list[ServerProbe] | None] = probe_servers,
     interfaces_reader: Callable[[], list[NetInterface]] = read_interfaces,
     dataloader: DataLoaderPlan | None = None,
+    memory_reader: Callable[[], MemoryLimit | None] = read_memory_limit,
 ) -> Facts:
     """Collect every fact once. Takes a few seconds when torch has to be asked in a child."""
     env = dict(os.environ if env is None else env)
@@ -270,4 +289,5 @@ def gather(
         container=read_container(root),
         nvidia_smi=shutil.which("nvidia-smi", path=env.get("PATH")),
         dataloader=dataloader,
+        memory_limit=memory_reader(),
     )

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import container_limits
 from ..analysis.exits import Seen, classify
-from . import host_limits
 from .schema import VERSION
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Watched:
     pid: int | None
     since: float
     path: str | None = None
-    cgroup: host_limits.MemoryCgroup | None = None  # its memory cgroup, read again once it died
+    cgroup: container_limits.MemoryCgroup | None = None  # its memory cgroup, read again once it died
     oom_kills: int | None = None  # there, when first seen
     memory_limit_bytes: int | None = None
     rss_bytes: int | None = None
@@ -53,11 +53,11 @@ class Watched:
 def _baseline(pid: int | None) -> Watched:
     """A live kernel's memory cgroup, its counters and resident size: blocking, off the loop."""
     seen = Watched(pid, time.time())
-    found = host_limits.memory_cgroup(pid) if pid is not None else None
-    if isinstance(found, host_limits.MemoryCgroup):
+    found = container_limits.memory_cgroup(pid) if pid is not None else None
+    if isinstance(found, container_limits.MemoryCgroup):
         seen.cgroup = found
         seen.oom_kills, seen.memory_limit_bytes = found.oom_kills(), found.limit_bytes()
-    seen.rss_bytes = host_limits.resident_bytes(pid)
+    seen.rss_bytes = container_limits.resident_bytes(pid)
     return seen
 
 
@@ -123,7 +123,7 @@ class ExitLog:
             self.watched[kernel_id] = seen
         else:
             seen.rss_bytes = (
-                await loop.run_in_executor(None, host_limits.resident_bytes, pid) or seen.rss_bytes
+                await loop.run_in_executor(None, container_limits.resident_bytes, pid) or seen.rss_bytes
             )
         self._listen(kernel_id)
         return seen if kernel_id in self.watched else None

@@ -1,4 +1,4 @@
-"""``GET api/gpu/host``: the container's limits (``host_limits``) with each kernel's resident
+"""``GET api/gpu/host``: the container's limits (``container_limits``) with each kernel's resident
 memory, read on a worker thread: /proc and /sys are files, and a slow or hung /proc must not
 stall the event loop."""
 
@@ -9,7 +9,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from . import host_limits
+from .. import container_limits
 from .schema import VERSION
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def _available_cpus() -> int:
 
 def read_host(kernels: list[tuple[str, int | None]]) -> HostReply:
     """Blocking: the server's limits and ``(kernel id, pid)``'s resident sizes."""
-    limits = host_limits.read()
+    limits = container_limits.read()
     return {
         "version": VERSION,
         "time": time.time(),
@@ -39,7 +39,7 @@ def read_host(kernels: list[tuple[str, int | None]]) -> HostReply:
         "pids": {"limit": limits.pids_limit, "current": limits.pids_current},
         "shm": {"size_bytes": limits.shm_size_bytes, "free_bytes": limits.shm_free_bytes},
         "kernels": [
-            {"id": kid, "pid": pid, "rss_bytes": host_limits.resident_bytes(pid)} for kid, pid in kernels
+            {"id": kid, "pid": pid, "rss_bytes": container_limits.resident_bytes(pid)} for kid, pid in kernels
         ],
         "unavailable": dict(limits.unavailable),
     }

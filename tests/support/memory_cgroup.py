@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu.server import host_limits
+from jupyter_gpu import container_limits
 
 
 def _require(reason: str) -> None:
@@ -28,7 +28,7 @@ def memory_cgroup(limit_bytes: int) -> Iterator[tuple[Path, int]]:
     ``(its cgroup.procs, version)``. Processes written there are in it; it is removed after."""
     if os.geteuid() != 0:
         _require("making a cgroup needs root")
-    found = host_limits.memory_cgroup()
+    found = container_limits.memory_cgroup()
     if isinstance(found, str):
         _require(found)
         raise AssertionError("unreachable")

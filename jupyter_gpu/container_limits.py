@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..analysis import cgroups
+from .analysis import cgroups
 
 PROC = "/proc"
 SHM = "/dev/shm"
