@@ -28,6 +28,7 @@ import type {
   DevicesReply,
   FreeCacheReply,
   GpuSample,
+  HostReply,
   KernelsReply,
   NvmlState,
   Sample,
@@ -160,6 +161,10 @@ export class GpuModel implements IGpuModel {
     return this._telemetry;
   }
 
+  get host(): HostReply | null {
+    return this._host;
+  }
+
   get kernels(): KernelsReply | null {
     return this._kernels;
   }
@@ -289,7 +294,14 @@ export class GpuModel implements IGpuModel {
 
   private async _fetchKernels(): Promise<void> {
     try {
-      this._kernels = await requestAPI('kernels', this._serverSettings);
+      // the container's limits ride with the kernels (the panel shows both); a server
+      // without the route (an older jupyter_gpu) leaves them out, not the kernels
+      const [kernels, host] = await Promise.all([
+        requestAPI('kernels', this._serverSettings),
+        requestAPI('host', this._serverSettings).catch(() => null)
+      ]);
+      this._kernels = kernels;
+      this._host = host;
       this.stateChanged.emit();
     } catch (error) {
       this._fail(error);
@@ -333,6 +345,7 @@ export class GpuModel implements IGpuModel {
   private _telemetry: TelemetryReply | null = null;
   private _devices: DevicesReply | null = null;
   private _kernels: KernelsReply | null = null;
+  private _host: HostReply | null = null;
   private _history: Sample[] = [];
   private _lastT: number | null = null;
   private _error: string | null = null;

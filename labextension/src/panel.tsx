@@ -6,6 +6,7 @@ import * as React from 'react';
 
 import { Cards } from './gpuCards';
 import { Holders } from './holders';
+import { hostMemory, hostShm } from './host';
 import { GpuModel } from './model';
 import { INotebookLinks } from './notebooks';
 import { OnScreenRenderer } from './onScreen';
@@ -27,6 +28,7 @@ export class GpuPanel extends OnScreenRenderer<GpuModel> {
     return (
       <div className={`jp-gpu-content${m.error ? ' jp-gpu-stale' : ''}`}>
         <Header model={m} />
+        <HostLimits model={m} />
         {m.error && (
           <div className="jp-gpu-error" role="alert">
             {m.error}
@@ -82,6 +84,25 @@ function NoGpu(props: { reason: string | null }): JSX.Element {
         driver version), run <code>%load_ext jupyter_gpu</code> and then{' '}
         <code>%gpu_doctor</code>.
       </p>
+    </div>
+  );
+}
+
+/** The container's memory limit and /dev/shm, when the server reads them (GET api/gpu/host). */
+function HostLimits(props: { model: GpuModel }): JSX.Element | null {
+  const units = props.model.settings.memoryUnits;
+  const lines = [
+    hostMemory(props.model.host, units),
+    hostShm(props.model.host, units)
+  ].filter((line): line is string => line !== null);
+  if (!lines.length) {
+    return null;
+  }
+  return (
+    <div className="jp-gpu-host" data-field="host">
+      {lines.map(line => (
+        <div key={line}>{line}</div>
+      ))}
     </div>
   );
 }

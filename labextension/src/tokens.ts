@@ -12,6 +12,7 @@ import type {
   DevicesReply,
   FreeCacheReply,
   GpuSample,
+  HostReply,
   KernelsReply,
   Sample,
   TelemetryReply
@@ -53,6 +54,8 @@ export interface IGpuModel {
   readonly devices: DevicesReply | null;
   readonly telemetry: TelemetryReply | null;
   readonly kernels: KernelsReply | null;
+  /** The container's limits (memory, /dev/shm) and the kernels' resident memory; null until read. */
+  readonly host: HostReply | null;
   /** The browser's copy of the server's history, oldest first. */
   readonly history: Sample[];
   /** The latest sample's GPUs, restricted to the GPUs selected in the settings. */
