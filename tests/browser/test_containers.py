@@ -10,7 +10,13 @@ import signal
 import time
 
 import pytest
-from support.browser import LabServer, open_gpu_panel, open_lab, run_page_until, screenshot
+from support.browser import (
+    LabServer,
+    open_gpu_panel,
+    open_lab,
+    open_lab_listening,
+    screenshot,
+)
 from support.memory_cgroup import entering, memory_cgroup
 
 pytestmark = pytest.mark.browser
@@ -18,15 +24,7 @@ pytestmark = pytest.mark.browser
 
 def test_the_owner_is_told_why_a_kernel_died(page, lab_factory):
     lab = lab_factory(base_url="/hub/user/died/")
-    sockets: list[str] = []
-    page.on("websocket", lambda ws: sockets.append(ws.url))
-    open_lab(page, lab)
-    run_page_until(
-        page,
-        "JupyterLab's event stream",
-        lambda: any("api/events/subscribe" in u for u in sockets),
-        event="websocket",
-    )
+    open_lab_listening(page, lab)
     kernel_id = lab.start_notebook_kernel("course/week3/train.ipynb")
     deadline = time.monotonic() + 30
     while not (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.browser import open_gpu_panel, open_lab, run_page_until, screenshot
+from support.browser import open_gpu_panel, open_lab, open_lab_listening, run_page_until, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -122,15 +122,7 @@ def test_the_owner_is_notified_when_the_culler_shuts_a_kernel_down(page, lab_fac
         base_url="/hub/user/culled/",
         gpu={"cull_idle_after": 3.0, "cull_min_memory": 0, "cull_warn_before": 2.0, "cull_interval": 0.3},
     )
-    sockets: list[str] = []
-    page.on("websocket", lambda ws: sockets.append(ws.url))
-    open_lab(page, culling)
-    run_page_until(
-        page,
-        "JupyterLab's event stream",
-        lambda: any("api/events/subscribe" in u for u in sockets),
-        event="websocket",
-    )
+    open_lab_listening(page, culling)
     holding_kernel(culling, "course/week1.ipynb")
     warned = page.get_by_text(
         re.compile(r"GPU kernel of course/week1\.ipynb will be shut down in \d+ s unless")

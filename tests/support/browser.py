@@ -279,6 +279,20 @@ def run_page_until(
             page.wait_for_event(event, timeout=left * 1000)
 
 
+def open_lab_listening(page: Any, server: LabServer) -> None:
+    """``open_lab``, then wait until JupyterLab subscribes to the server's event stream (the
+    culler's and the kernel deaths' notifications come that way)."""
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    open_lab(page, server)
+    run_page_until(
+        page,
+        "JupyterLab's event stream",
+        lambda: any("api/events/subscribe" in u for u in sockets),
+        event="websocket",
+    )
+
+
 def open_gpu_panel(page: Any) -> None:
     """Click the GPU tab in the left sidebar unless the panel is already showing."""
     if not page.locator("#jupyter-gpu-panel").is_visible():
