@@ -300,8 +300,11 @@ class TestCuller:
                 return idle not in manager.list_kernel_ids()
 
             await wait_for(culled, timeout=30)
-            assert [(e["action"], e["kernel_id"]) for e in events] == [("warn", idle), ("cull", idle)]
-            warn, cull = events
+            # The busy kernel may be warned while it sat idle before its cell began (seconds, on
+            # a loaded machine): that is right. It is never shut down while busy.
+            of_idle = [e for e in events if e["kernel_id"] == idle]
+            assert [e["action"] for e in of_idle] == ["warn", "cull"]
+            warn, cull = of_idle
             assert warn["message"].startswith("GPU kernel of course/week1.ipynb will be shut down in ")
             assert cull["message"].startswith("GPU kernel of course/week1.ipynb was shut down after ")
             assert "idle holding 2.00 GiB. The notebook is unchanged." in cull["message"]
@@ -313,7 +316,7 @@ class TestCuller:
 
             await wait_for(busy_long_enough, timeout=10)
             assert busy in manager.list_kernel_ids()
-            assert all(e["kernel_id"] != busy for e in events)
+            assert not [e for e in events if e["kernel_id"] == busy and e["action"] == "cull"]
         finally:
             await manager.interrupt_kernel(busy)
             with pytest.raises(AssertionError, match="KeyboardInterrupt"):
