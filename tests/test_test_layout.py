@@ -1,7 +1,7 @@
 """The tests keep their own layout rule (tests/support/layout.py): what they share is in the
 package ``support``, no test module imports another test module, ``conftest`` or a loose helper
-module, and no fixture is imported. The check catches each kind of break, planted in a source
-string or in a copy of a tests folder."""
+module, no fixture is imported, and no module under tests/ reaches the line limit. The check
+catches each kind of break, planted in a source string or in a copy of a tests folder."""
 
 from __future__ import annotations
 
@@ -80,4 +80,21 @@ def test_a_loose_helper_and_its_importers_are_named_in_a_copy(tmp_path: Path) ->
             "support/big.py", MAX_LINES, f"has {MAX_LINES} lines: split it by job (at most {MAX_LINES - 1})"
         ),
         Breach("test_b.py", 1, "imports the fixture thing: list its plugin in conftest.py"),
+    ]
+
+
+def test_a_long_module_anywhere_in_tests_is_named_in_a_copy(tmp_path: Path) -> None:
+    """The line limit holds for test modules and conftest.py as for support; recorded data aside."""
+    tests = tmp_path / "tests"
+    for folder in ("support", "browser", "fixtures"):
+        (tests / folder).mkdir(parents=True)
+    (tests / "support" / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text("x = 1\n" * MAX_LINES)
+    (tests / "browser" / "test_long.py").write_text("x = 1\n" * (MAX_LINES + 50))
+    (tests / "test_short.py").write_text("x = 1\n" * (MAX_LINES - 1))
+    (tests / "fixtures" / "recorded.py").write_text("x = 1\n" * 2 * MAX_LINES)  # data: not read
+    split = f"split it by job (at most {MAX_LINES - 1})"
+    assert check(tests) == [
+        Breach("browser/test_long.py", MAX_LINES, f"has {MAX_LINES + 50} lines: {split}"),
+        Breach("conftest.py", MAX_LINES, f"has {MAX_LINES} lines: {split}"),
     ]

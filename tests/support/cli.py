@@ -1,5 +1,6 @@
 """``jupyter gpu`` run as a user runs it: in a process of its own, importing jupyter_gpu from
-this checkout; what it printed and how it exited."""
+this checkout; what it printed and how it exited; and the mark of a test of the verdicts it gives
+on a machine without a GPU."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+import pytest
+
+from support.machine import HAS_GPU
 from support.paths import ROOT
 
 
@@ -19,6 +23,9 @@ def with_checkout(environ: Mapping[str, str]) -> dict[str, str]:
 
 # The environment the test session started with, this checkout first: what commands run with.
 ENV = with_checkout(os.environ)
+
+# Marks a test of the verdicts on a machine without a GPU: skipped where one answers.
+no_gpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the verdicts of a machine without a GPU")
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
