@@ -200,7 +200,8 @@ class ExitLog:
             "last_cell": seen.running_cell,
         }
         self.exits.append(record)
-        self.watched.pop(kernel_id, None)  # its next process is watched from its first sighting
+        if self.watched.get(kernel_id) is seen:  # the restarted process may be watched already
+            del self.watched[kernel_id]
         where = f"{seen.path}: " if seen.path else ""
         self.log.warning("jupyter_gpu: %s%s (kernel %s)", where, cause.detail, kernel_id)
         self.event_logger.emit(schema_id=EVENT_ID, data={**record, "message": f"{where}{cause.detail}"})
