@@ -6,6 +6,7 @@
 import { formatAge, formatBytes, MemoryUnits } from './format';
 import { kernelLabel } from './shape';
 import type { FreeCacheReply, Kernel, KernelsReply } from './types';
+import { eventMessage, IServerEvent } from './serverEvent';
 
 /** The actions the panel offers on a kernel of this server. */
 export type KernelAction = 'free-cache' | 'interrupt' | 'restart' | 'shutdown';
@@ -118,12 +119,6 @@ export const CULL_EVENT =
   'https://jupyter-gpu.readthedocs.io/events/kernel-culled';
 
 /** The notification text of a culler event from jupyter_server's event stream, or null. */
-export function cullNotice(event: {
-  schema_id: string;
-  [key: string]: unknown;
-}): string | null {
-  if (event.schema_id !== CULL_EVENT || typeof event.message !== 'string') {
-    return null;
-  }
-  return event.message;
+export function cullNotice(event: IServerEvent): string | null {
+  return eventMessage(event, CULL_EVENT);
 }
