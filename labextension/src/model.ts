@@ -10,9 +10,9 @@
  * when the server is unreachable and recover by themselves.
  */
 import { KernelAPI, ServerConnection } from '@jupyterlab/services';
-import { Poll } from '@lumino/polling';
 import { Signal } from '@lumino/signaling';
 
+import { BackoffPoll } from './backoffPoll';
 import { idleHeldBytes, KernelAction } from './idle';
 import {
   requestAPI,
@@ -47,7 +47,7 @@ export class GpuModel implements IGpuModel {
 
   constructor(serverSettings: ServerConnection.ISettings) {
     this._serverSettings = serverSettings;
-    this._telemetryPoll = new Poll({
+    this._telemetryPoll = new BackoffPoll({
       auto: false,
       factory: () => this._fetchTelemetry(),
       frequency: this._frequency(this._settings.refreshInterval),
@@ -57,7 +57,7 @@ export class GpuModel implements IGpuModel {
           ? 'when-hidden'
           : true
     });
-    this._kernelsPoll = new Poll({
+    this._kernelsPoll = new BackoffPoll({
       auto: false,
       factory: () => this._fetchKernels(),
       frequency: this._frequency(this._settings.kernelsInterval),
@@ -337,8 +337,8 @@ export class GpuModel implements IGpuModel {
 
   private _serverSettings: ServerConnection.ISettings;
   private _settings: IGpuSettings = { ...DEFAULT_SETTINGS };
-  private _telemetryPoll: Poll;
-  private _kernelsPoll: Poll;
+  private _telemetryPoll: BackoffPoll;
+  private _kernelsPoll: BackoffPoll;
   private _panelVisible = false;
   private _statusBarVisible = false;
   private _dashboardVisible = false;

@@ -169,6 +169,23 @@ describe('GpuModel: the one poll of the server', () => {
     );
   });
 
+  it('never retries sooner than the interval, even right after a refresh', async () => {
+    // the top of each draw: after an immediate tick, Lumino's range is upside down
+    // and its top is 1 ms
+    mock.method(Math, 'random', () => 0.999999);
+    model.start();
+    model.setStatusBarVisible(true);
+    await advance(INTERVAL + INTERVAL / 2);
+    server.failure = { unreachable: true };
+    const down = Date.now();
+    model.setPanelVisible(true); // opening the panel asks at once
+    await advance(8 * INTERVAL);
+    const asked = server.times('telemetry').filter(t => t >= down);
+    assert.equal(asked[0], down, 'the refresh asked at once');
+    assert.ok(asked.length >= 3, `${asked}`);
+    gaps(asked).forEach(w => assert.ok(w >= INTERVAL, `retries at ${asked}`));
+  });
+
   it("names the server's errors: the extension missing, a refusal with its reason", async () => {
     model.start();
     model.setStatusBarVisible(true);
