@@ -18,7 +18,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from support.fake_torch import OOM_TEXT, UUID0, FakeCuda, install
-from support.ipython_shell import shared_shell
+from support.ipython_shell import shared_shell, shell_with
 from support.workloads import fragment
 
 from jupyter_gpu import client
@@ -30,11 +30,7 @@ GiB = 1024**3
 
 @pytest.fixture
 def ip():
-    shell = shared_shell()
-    undo = [memory_magic.register(shell), oom.register(shell)]
-    yield shell
-    for remove in undo:
-        remove()
+    yield from shell_with(memory_magic.register, oom.register)
 
 
 def _gpu_mem(ip, line: str = "") -> dict:

@@ -3,11 +3,12 @@
 nothing in there has, each kernel finds its own NVML process; where the driver translates them
 into the caller's namespace (driver 580 on the H200 does), each kernel finds itself under its own
 PID. Either way the server gives each notebook the memory nvidia-smi, outside, gives the kernel's
-host process."""
+host process, and an out-of-memory error names the notebook that holds the rest."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,15 @@ def test_each_notebook_gets_the_memory_nvidia_smi_gives_its_host_process(server:
                 smi,
             )
         assert len({rows[0]["pids"][0] for rows in held.values()}) == 2  # two processes, told apart
+
+        # an out-of-memory error in one notebook names the other as holding its memory
+        two = next(k for k, path in kernels.items() if path == "two.ipynb")
+        oom = run(clients[two], "z = torch.empty(400 * 2**30, dtype=torch.uint8, device='cuda')")
+        assert not oom.ok and "OutOfMemoryError" in oom.traceback
+        explanation = oom.stream()
+        assert "jupyter_gpu: why CUDA ran out of memory" in explanation, explanation
+        assert re.search(r"\d+\.\d+ GiB  notebook four\.ipynb", explanation), explanation
+        assert "notebook two.ipynb" not in explanation, explanation  # itself is not "another process"
     finally:
         for client in clients.values():
             client.stop_channels()

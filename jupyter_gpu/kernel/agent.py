@@ -97,6 +97,12 @@ class KernelAgent(Configurable):
             **self._nvml.fields(),
         }
 
+    @property
+    def nvml_pid(self) -> int | None:
+        """NVML's PID for this kernel when it differs from its own (another PID namespace)."""
+        identity = self._nvml.identity
+        return identity.pid if identity.state == "matched" else None
+
     def _uuid(self, torch: ModuleType, index: int) -> str | None:
         if index not in self._uuids:
             self._uuids[index] = nvml_uuid(torch, index)
@@ -166,11 +172,30 @@ def _has_used(stats: dict[str, Any]) -> bool:
     )
 
 
+_running: KernelAgent | None = None  # this kernel's agent, while it runs
+
+
+def own_nvml_pid() -> int | None:
+    """This kernel's process as NVML numbers it, once the agent matched it in another PID
+    namespace: the out-of-memory explanation and ``%gpu_mem`` count it as this kernel's."""
+    agent = _running
+    return agent.nvml_pid if agent is not None else None
+
+
 def register(ipython: Any) -> Callable[[], None]:
     """Start the agent in a kernel; outside a kernel there is no server to tell."""
+    global _running
     found = beside_connection(file_name)
     if found is None:
         return lambda: None
     agent = KernelAgent(*found, parent=ipython)
     agent.start()
-    return agent.stop
+    _running = agent
+
+    def stop() -> None:
+        global _running
+        agent.stop()
+        if _running is agent:
+            _running = None
+
+    return stop

@@ -26,8 +26,14 @@ SERVER_TIMEOUT = 2.0
 def device_view(
     uuid: str, *, labels: Callable[[], dict[int, str]] = dict
 ) -> tuple[holders.DeviceView | None, str | None]:
-    """``holders.device_view`` through this kernel's NVML backend."""
-    return holders.device_view(uuid, nvml_backend(), labels=labels)
+    """``holders.device_view`` through this kernel's NVML backend, counting as this kernel's the
+    NVML process its agent matched it to (in a container NVML may number it otherwise)."""
+    from .agent import own_nvml_pid
+
+    matched = own_nvml_pid()
+    return holders.device_view(
+        uuid, nvml_backend(), labels=labels, also_own=() if matched is None else (matched,)
+    )
 
 
 def all_devices() -> tuple[list[dict[str, Any]], str | None]:

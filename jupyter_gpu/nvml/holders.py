@@ -8,7 +8,7 @@ never on a timer. ``nvml`` is the backend (pynvml, or ``SimulatedNVML`` in tests
 from __future__ import annotations
 
 import getpass
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -73,12 +73,17 @@ def _label(pid: int, server_labels: dict[int, str], meta: ProcessMeta) -> str:
 
 
 def device_view(
-    uuid: str, nvml: ModuleType | Any = pynvml, *, labels: Callable[[], dict[int, str]] = dict
+    uuid: str,
+    nvml: ModuleType | Any = pynvml,
+    *,
+    labels: Callable[[], dict[int, str]] = dict,
+    also_own: Iterable[int] = (),
 ) -> tuple[DeviceView | None, str | None]:
     """NVML's figures for the GPU with this UUID; None and a reason when NVML cannot tell.
 
     ``labels`` names other processes (e.g. ``server_labels``); it is called only when there are
-    other processes, so that a lone kernel never waits for the server.
+    other processes, so that a lone kernel never waits for the server. ``also_own``: NVML PIDs
+    that are the caller's though not its own PID (matched across PID namespaces).
     """
     reader = NvmlReader(nvml)
     # Simulated readings name PIDs that hold no real GPU: skip the PID-namespace check there.
@@ -93,7 +98,7 @@ def device_view(
             processes = values.get("processes")
             if processes is None:
                 return _view(index, uuid, info, values, None, []), unsupported.get("processes")
-            own = _own_pids()
+            own = _own_pids() | set(also_own)
             mine = [p for p in processes if p["pid"] in own]
             foreign = [p for p in processes if p["pid"] not in own]
             metas = {p["pid"]: describe(p["pid"], verify=verify) for p in foreign}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from IPython.core.getipython import get_ipython
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.testing.globalipapp import start_ipython
@@ -10,3 +12,12 @@ from IPython.testing.globalipapp import start_ipython
 def shared_shell() -> InteractiveShell:
     """The one test shell; globalipapp returns it only from its first start."""
     return start_ipython() or get_ipython()
+
+
+def shell_with(*registers: Callable[[InteractiveShell], Callable[[], None]]) -> Iterator[InteractiveShell]:
+    """For a fixture: the shared shell with these magics or hooks registered, then removed."""
+    shell = shared_shell()
+    undo = [register(shell) for register in registers]
+    yield shell
+    for remove in undo:
+        remove()
