@@ -282,7 +282,9 @@ def test_status_finds_the_running_server_and_lists_notebooks(server):
     assert text.startswith(f"GPUs from {server['url']}, SIMULATED readings; driver 580.159.04, CUDA 13.0")
     assert "NVIDIA H200" in text and "140 GiB" in text
     assert "course/week1.ipynb" in text and "not reported (%load_ext jupyter_gpu in it)" in text
-    assert "not visible from here" in text
+    # and says why: the server's one kernel has not loaded the extension that would claim it
+    assert "not visible from here: NVML numbers it in another PID namespace" in text
+    assert "1 of this server's kernels has not loaded jupyter_gpu" in text
 
 
 def test_status_with_a_wrong_token_explains_the_403(server):

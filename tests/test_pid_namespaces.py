@@ -124,8 +124,35 @@ async def test_a_kernel_that_matched_its_nvml_process_is_given_its_memory(jp_fet
         }
     ]
     assert kernels[unsure]["gpu_memory"] == []
-    unattributed = {p["pid"] for p in reply["unattributed"]}
-    assert HOST_B in unattributed and HOST_A not in unattributed
+    unattributed = {p["pid"]: p for p in reply["unattributed"]}
+    assert HOST_A not in unattributed
+    # the one left says why: the kernel still telling its process apart
+    assert unattributed[HOST_B]["reason"] == (
+        "NVML numbers it in another PID namespace (a container?), so it cannot be followed to a "
+        "kernel here; 1 of this server's kernels cannot yet tell which process is its own (it will "
+        "once its GPU memory changes)"
+    )
+
+
+async def test_a_kernel_without_the_extension_is_named_as_why_a_process_is_nobodys(jp_fetch, gpu_monitor):
+    await start_notebook_kernel(jp_fetch, "plain.ipynb")  # never ran %load_ext jupyter_gpu
+    on_gpu1(gpu_monitor, (HOST_A, 2 * GIB))
+    reply = await kernels_after_sample(jp_fetch, gpu_monitor, {HOST_A})
+    (process,) = [p for p in reply["unattributed"] if p["pid"] == HOST_A]
+    assert process["reason"].endswith(
+        "1 of this server's kernels has not loaded jupyter_gpu (`%load_ext jupyter_gpu`), which lets a "
+        "kernel find its own process"
+    )
+
+
+async def test_a_process_no_kernel_could_claim_is_another_containers(jp_fetch, gpu_monitor, other_process):
+    kernel_id = await start_notebook_kernel(jp_fetch, "mine.ipynb")
+    claim(gpu_monitor, kernel_id, HOST_A, "matched")
+    on_gpu1(gpu_monitor, (HOST_A, GIB), (HOST_B, 3 * GIB), (other_process.pid, GIB))
+    reply = await kernels_after_sample(jp_fetch, gpu_monitor, {HOST_A, HOST_B, other_process.pid})
+    reasons = {p["pid"]: p["reason"] for p in reply["unattributed"]}
+    assert reasons[HOST_B].endswith("no kernel of this server claims it: another container's process")
+    assert reasons[other_process.pid] is None  # visible here: its user and command say what it is
 
 
 async def test_a_pid_two_kernels_claim_is_neither_kernels(jp_fetch, gpu_monitor):
@@ -136,7 +163,8 @@ async def test_a_pid_two_kernels_claim_is_neither_kernels(jp_fetch, gpu_monitor)
     claim(gpu_monitor, second, HOST_A, "matched")
     reply = await kernels_after_sample(jp_fetch, gpu_monitor, {HOST_A})
     assert all(k["gpu_memory"] == [] for k in reply["kernels"])
-    assert HOST_A in {p["pid"] for p in reply["unattributed"]}
+    (process,) = [p for p in reply["unattributed"] if p["pid"] == HOST_A]
+    assert process["reason"] == "2 kernels of this server claim it, so none is given it: never a guess"
 
 
 async def test_a_claim_on_a_process_of_this_namespace_is_ignored(jp_fetch, gpu_monitor, other_process):

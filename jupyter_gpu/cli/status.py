@@ -121,7 +121,13 @@ def from_server(server: Server) -> dict[str, Any]:
             elif key in others:  # absent from both: another user's, counted in hidden_processes
                 other = others[key]
                 status["processes"].append(
-                    _process(index, proc, command=other.get("command"), user=other.get("user"))
+                    _process(
+                        index,
+                        proc,
+                        command=other.get("command"),
+                        user=other.get("user"),
+                        reason=other.get("reason"),
+                    )
                 )
     status["hidden_processes"] = kernels.get("hidden_processes")
     status["idle"] = {
@@ -191,6 +197,7 @@ def _process(
     notebook: str | None = None,
     command: str | None = None,
     user: str | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     return {
         "gpu_index": index,
@@ -200,6 +207,7 @@ def _process(
         "notebook": notebook,
         "command": command,
         "user": user,
+        "reason": reason,  # why it is no kernel's, where the server says
     }
 
 
@@ -239,6 +247,8 @@ def _owner(proc: dict[str, Any]) -> str:
         return f"{where} (kernel {proc['kernel_id'][:8]})"
     if proc["command"]:
         return proc["command"][:100] + (f" [{proc['user']}]" if proc["user"] else "")
+    if proc.get("reason"):
+        return f"not visible from here: {proc['reason']}"
     return "not visible from here (another user, container or PID namespace)"
 
 

@@ -61,6 +61,39 @@ def _owner(
     return None
 
 
+@dataclass(frozen=True)
+class Unclaimed:
+    """This server's kernels that could not claim a process of another PID namespace: without
+    the extension, or whose agent cannot yet tell which process is its own."""
+
+    without_extension: int = 0
+    undecided: int = 0
+
+
+FOREIGN = "NVML numbers it in another PID namespace (a container?), so it cannot be followed to a kernel here"
+
+
+def _why_unattributed(meta: ProcessMeta | None, claimants: list[str], unclaimed: Unclaimed) -> str | None:
+    """Why a process is no kernel's, where its user and command do not say it."""
+    if len(claimants) > 1:
+        return f"{len(claimants)} kernels of this server claim it, so none is given it: never a guess"
+    if meta is not None and meta.same_namespace is not False:
+        return None
+    if unclaimed.without_extension:
+        n = unclaimed.without_extension
+        return (
+            f"{FOREIGN}; {n} of this server's kernels {'has' if n == 1 else 'have'} not loaded jupyter_gpu "
+            "(`%load_ext jupyter_gpu`), which lets a kernel find its own process"
+        )
+    if unclaimed.undecided:
+        n = unclaimed.undecided
+        return (
+            f"{FOREIGN}; {n} of this server's kernels cannot yet tell which process is {'its' if n == 1 else 'their'} "
+            "own (it will once its GPU memory changes)"
+        )
+    return f"{FOREIGN}; no kernel of this server claims it: another container's process"
+
+
 def attribute(
     kernels: list[KernelRef],
     gpus: list[GpuSample],
@@ -69,6 +102,7 @@ def attribute(
     current_user: str | None,
     show_all_users: bool,
     claims: dict[str, int] | None = None,
+    unclaimed: Unclaimed = Unclaimed(),
 ) -> Attribution:
     """Per-kernel GPU memory, unattributed processes, and how many others were hidden.
     ``claims``: kernel id → the NVML PID it matched itself to, in another PID namespace."""
@@ -106,6 +140,7 @@ def attribute(
                     "used_memory_bytes": proc["used_memory_bytes"],
                     "user": user,
                     "command": info.command if info else None,
+                    "reason": _why_unattributed(info, claimed.get(pid, []), unclaimed),
                 }
             )
     return {

@@ -63,6 +63,9 @@ class KernelStats(NamedTuple):
     # The kernel's process as NVML numbers it, where the kernel matched it across PID
     # namespaces (analysis/nvml_identity.py); None otherwise.
     nvml_pid: int | None = None
+    # How far the agent got in finding its NVML process ("ambiguous", "matched", ...); None
+    # before it looked or without a file.
+    nvml_match: str | None = None
 
     def api_fields(self) -> AllocatorFields:
         """The kernel's ``allocator``, ``allocator_state`` and ``allocator_reason`` in the API."""
@@ -134,7 +137,7 @@ def read_kernel_stats(
     if not alive:
         return _refused("stale", f"stats file is stale: process {clean['pid']} is gone")
     clean["age_seconds"] = max(0.0, age)
-    matched = clean.pop("nvml_match") == "matched"
+    match = clean.pop("nvml_match")
     nvml_pid = clean.pop("nvml_pid")
     # analysis.stats_file.validate keeps the schema's allocator_figures fields, bounded
-    return KernelStats(cast("AllocatorFigures", clean), None, nvml_pid if matched else None)
+    return KernelStats(cast("AllocatorFigures", clean), None, nvml_pid if match == "matched" else None, match)

@@ -24,7 +24,7 @@ from tornado import web
 from traitlets import TraitError
 
 from ..analysis.idle import CullPolicy, cull_in, idle_holding, idle_seconds
-from .attribution import AttributedKernel, KernelRef, attribute
+from .attribution import AttributedKernel, KernelRef, Unclaimed, attribute
 from .cell_history import CellHistory
 from .kernel_stats import KernelStats, read_kernel_stats
 from .sampler import Sampler
@@ -155,6 +155,12 @@ class KernelView:
             current_user=self.current_user,
             show_all_users=self.show_all_users,
             claims={kid: st.nvml_pid for kid, st in stats.items() if st.nvml_pid is not None},
+            unclaimed=Unclaimed(
+                without_extension=sum(
+                    st.reason is not None and st.reason.state == "no_stats" for st in stats.values()
+                ),
+                undecided=sum(st.nvml_match in ("ambiguous", "unmatched") for st in stats.values()),
+            ),
         )
         now = time.time()
         kernels: list[Kernel] = [

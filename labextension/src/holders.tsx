@@ -87,6 +87,11 @@ function ProcessRow(props: {
         <span className="jp-gpu-chip">GPU {p.gpu_index}</span>
         <span className="jp-gpu-chip">not a kernel of this server</span>
       </div>
+      {p.reason && (
+        <div className="jp-gpu-hint" data-field="process-reason">
+          {p.reason}
+        </div>
+      )}
     </li>
   );
 }

@@ -522,6 +522,10 @@ export interface UnattributedProcess {
   used_memory_bytes: number | null;
   user: string | null;
   command: string | null;
+  /**
+   * Why no kernel of this server is given it, for people, where its user and command do not say it: a process of another PID namespace (which kernels could not claim it), or one two kernels claim; null for a process of this namespace that is no kernel's.
+   */
+  reason: string | null;
 }
 /**
  * GET {base_url}api/gpu/kernels/<kernel_id>/cells[?since=<cursor>][&limit=<n>]: what each executed cell of the kernel did to GPU memory, oldest first. The server keeps the last 1,000 cells of the kernel's life and numbers them in the order it took them; a reply holds at most `limit` of them (1 to 1,000, default 1,000) and at most 2 MiB of cells (every cell of a kernel on 8 GPUs fits; at least 32 of the largest records do). Without `since`: the newest cells that fit. With `since` (the `cursor` of an earlier reply, or 0 for the oldest): the cells taken after it, oldest first; while `more` is true, ask again with `since` set to this reply's `cursor`. 400 for a `since` or `limit` that is not a whole number in range, 404 for a kernel this server does not run.

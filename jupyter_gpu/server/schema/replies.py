@@ -354,6 +354,10 @@ class UnattributedProcess(TypedDict):
     used_memory_bytes: int | None
     user: str | None
     command: str | None
+    # Why no kernel of this server is given it, for people, where its user and command do not say
+    # it: a process of another PID namespace (which kernels could not claim it), or one two kernels
+    # claim; null for a process of this namespace that is no kernel's.
+    reason: str | None
 
 
 class KernelsReply(TypedDict):
