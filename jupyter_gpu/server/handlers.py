@@ -42,6 +42,9 @@ class GPUHandler(APIHandler):
     """Base: authenticated and authorised like the rest of jupyter_server, strict query checks."""
 
     auth_resource = AUTH_RESOURCE
+    # The panel's polls are no user activity: JupyterHub's idle culler (which reads the server's
+    # last activity) must not keep a server with a forgotten tab alive, as /api/status does not.
+    _track_activity = False
     allowed_params: frozenset[str] = frozenset()
     # jupyter_server takes the token from `?token=` as well as from the Authorization header.
     auth_params = frozenset({"token"})
@@ -198,6 +201,7 @@ class FreeCacheHandler(GPUHandler):
     """An action on a kernel: authorised as jupyter_server authorises its own kernel actions."""
 
     auth_resource = "kernels"
+    _track_activity = True  # someone clicked: that is activity
 
     @web.authenticated
     @authorized
