@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from support.browser import REPO, open_gpu_panel, open_lab, screenshot
+from support.browser import REPO, choose_in_palette, open_gpu_panel, open_lab, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -93,10 +93,7 @@ def test_memory_is_stacked_by_the_notebook_that_allocated(page, lab):
 def test_dashboard_opens_from_the_palette_with_every_gpu_and_a_window(page, lab):
     open_lab(page, lab)
     page.keyboard.press("Control+Shift+C")
-    palette = page.locator("#command-palette input")
-    palette.wait_for()
-    palette.fill("GPU Dashboard")
-    page.locator('#command-palette .lm-CommandPalette-item:has-text("GPU Dashboard")').first.click()
+    choose_in_palette(page, "GPU Dashboard")
     dashboard = page.locator("#jupyter-gpu-dashboard")
     dashboard.wait_for()
     assert page.locator('.lm-TabBar-tab:has-text("GPU Dashboard")').count() == 1  # a main-area tab

@@ -10,7 +10,7 @@ import importlib.util
 import json
 
 import pytest
-from support.browser import screenshot
+from support.browser import choose_in_palette, screenshot
 
 pytestmark = [
     pytest.mark.browser,
@@ -36,10 +36,7 @@ def wait_started(page) -> None:
 def run_from_palette(page, label: str) -> None:
     page.locator('.lm-MenuBar-itemLabel:text-is("View")').click()
     page.locator('.lm-Menu-itemLabel:text-is("Activate Command Palette")').click()
-    palette = page.locator("#command-palette input")
-    palette.wait_for()
-    palette.fill(label)
-    page.locator(f'#command-palette .lm-CommandPalette-item:has-text("{label}")').first.click()
+    choose_in_palette(page, label)
 
 
 def assert_dashboard_charts(page) -> None:

@@ -293,6 +293,17 @@ def open_lab_listening(page: Any, server: LabServer) -> None:
     )
 
 
+def choose_in_palette(page: Any, label: str) -> None:
+    """In the open command palette, run the command labelled ``label`` as a user does: type, then
+    Enter on the highlighted match. (A click can miss: the palette redraws its items whenever any
+    command changes, which a loaded machine's JupyterLab does for seconds after it starts.)"""
+    palette = page.locator("#command-palette input")
+    palette.wait_for()
+    palette.fill(label)
+    page.locator(f'#command-palette .lm-CommandPalette-item.lm-mod-active:has-text("{label}")').wait_for()
+    palette.press("Enter")
+
+
 def open_gpu_panel(page: Any) -> None:
     """Click the GPU tab in the left sidebar unless the panel is already showing."""
     if not page.locator("#jupyter-gpu-panel").is_visible():
