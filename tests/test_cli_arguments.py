@@ -25,7 +25,7 @@ def test_jupyter_finds_the_subcommand(tmp_path):
         env = dict(ENV, PATH=f"{tmp_path}{os.pathsep}{ENV['PATH']}")
     done = subprocess.run(["jupyter", "gpu", "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "{status,doctor,warmup,preflight,grafana}" in done.stdout and "3 no usable GPU" in done.stdout
+    assert "{status,pick,doctor,warmup,preflight,grafana}" in done.stdout and "3 no usable GPU" in done.stdout
 
 
 def test_help_names_the_magics_as_typed_in_a_notebook():

@@ -1,6 +1,6 @@
 """``jupyter gpu`` (also ``jupyter-gpu`` and ``python -m jupyter_gpu``): the package from a terminal.
 
-For instructors and for front ends without the JupyterLab sidebar: ``status``, ``doctor``,
+For instructors and for front ends without the JupyterLab sidebar: ``status``, ``pick``, ``doctor``,
 ``warmup``, ``preflight`` and ``grafana``. Each subcommand is a module with ``add_parser`` and ``run``;
 torch is imported only inside the ``run`` of the subcommands that need a GPU.
 """
@@ -11,10 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import doctor, grafana, preflight, status, warmup
+from . import doctor, grafana, pick, preflight, status, warmup
 from .common import EXIT_USAGE, CliError
 
-SUBCOMMANDS = (status, doctor, warmup, preflight, grafana)
+SUBCOMMANDS = (status, pick, doctor, warmup, preflight, grafana)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def parser() -> argparse.ArgumentParser:
         description="GPU status, diagnosis, warm-up and pre-flight checks for Jupyter users and workshop hosts.",
         epilog="Exit codes: 0 ok, 1 a check failed or a server could not be asked, 2 bad arguments, 3 no usable GPU.",
     )
-    commands = p.add_subparsers(dest="command", metavar="{status,doctor,warmup,preflight,grafana}")
+    commands = p.add_subparsers(dest="command", metavar="{status,pick,doctor,warmup,preflight,grafana}")
     for module in SUBCOMMANDS:
         module.add_parser(commands)
     return p
