@@ -49,6 +49,21 @@ async def test_devices_and_memory_agree_with_nvidia_smi(jp_fetch, gpu_monitor):
     print(json.dumps({"devices": devices, "latest": telemetry["latest"], "nvidia_smi": smi}, indent=1))
 
 
+async def test_a_gpu_with_mig_disabled_is_one_whole_device(jp_fetch, gpu_monitor):
+    """nvidia-smi says MIG is disabled (an H200 as delivered): one device per GPU, no MIG device,
+    and each GPU's processes listed on it."""
+    telemetry = await wait_for(lambda: _ready(jp_fetch), timeout=15)
+    devices = (await get(jp_fetch, "devices"))["devices"]
+    smi = nvidia_smi("index,uuid,mig.mode.current")
+    assert [(d["index"], d["uuid"]) for d in devices] == [(int(i), u) for i, u, _ in smi]
+    assert {mode for _, _, mode in smi} == {"Disabled"}
+    assert all(d["mig"] is None and d["mig_mode"]["current"] is False for d in devices)
+    assert [g["uuid"] for g in telemetry["latest"]["gpus"]] == [u for _, u, _ in smi]
+    assert all(g["mig"] is None and isinstance(g["processes"], list) for g in telemetry["latest"]["gpus"])
+    metrics = (await jp_fetch("metrics")).body.decode()
+    assert "jupyter_gpu_memory_used_bytes{" in metrics and "GPU_I_ID" not in metrics
+
+
 CUDA_HOLD = "import torch; _x = torch.ones(256 * 1024 * 1024, device='cuda:0'); torch.cuda.synchronize(); print('held')"
 
 

@@ -21,7 +21,7 @@ from jupyter_gpu.monitoring import DASHBOARD, RULES
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.fields import CLOCK_THROTTLE_REASONS
 from jupyter_gpu.nvml.simulated import SimulatedNVML
-from jupyter_gpu.server.metrics import kernel_allocators, kernel_memory
+from jupyter_gpu.server.metrics import GpuKeys, kernel_allocators, kernel_memory
 from jupyter_gpu.server.schema import load
 
 UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
@@ -202,13 +202,13 @@ KERNELS = [
 )
 def test_kernels_that_share_the_kept_labels_are_summed(mode, memory):
     keep = {"both": ("kernel_id", "notebook_path"), "kernel": ("kernel_id",), "notebook": ("notebook_path",)}
-    assert kernel_memory(KERNELS, keep.get(mode, ())) == {
-        ("0", UUID0, *k): v * GIB for k, v in memory.items()
+    assert kernel_memory(KERNELS, keep.get(mode, ()), GpuKeys([])) == {
+        ("0", UUID0, "", "", *k): v * GIB for k, v in memory.items()
     }
 
 
 def test_merged_fragmentation_is_trapped_over_reserved_of_the_sum():
-    (figures,) = kernel_allocators(KERNELS, ("notebook_path",)).values()
+    (figures,) = kernel_allocators(KERNELS, ("notebook_path",), GpuKeys([])).values()
     assert figures["reserved_bytes"] == 10 * GIB and figures["num_ooms"] == 3
     assert figures["fragmentation"] == pytest.approx(2 / 10)  # not the mean of 0.25 and 0
 

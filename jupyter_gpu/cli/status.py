@@ -1,4 +1,5 @@
 """``jupyter gpu status``: the GPUs and who holds their memory, like nvidia-smi, plus notebooks.
+A GPU in MIG mode is followed by its MIG devices, each with its memory and processes.
 
 With a Jupyter server (``--url``, or one found running here) the figures come from the server's
 sampler and every GPU process is named by the kernel and notebook the server joined it to (its
@@ -36,6 +37,7 @@ GPU_FIELDS = (
     "temperature_celsius",
     "power_watts",
     "power_limit_watts",
+    "mig",
 )
 
 
@@ -62,21 +64,26 @@ def from_nvml() -> dict[str, Any]:
 
     status = _empty("nvml", None, simulated=False)
     reader = NvmlReader()
+
+    def lost(index: int, error: GpuLost, mig: Any = None) -> None:
+        status["gpus"].append(
+            {
+                "index": index,
+                "mig": mig,
+                "state": "lost",
+                "error": f"stopped answering ({error}): it needs a reset or a reboot",
+            }
+        )
+
     try:
-        count = reader.open()
+        reader.open()
         status.update(reader.system())
-        for index in range(count):
+        for info, _ in reader.devices(on_lost=lost):
+            index = info["index"]
             try:
-                info, _ = reader.device_info(index)
                 values, _ = reader.fast(index)
             except GpuLost as error:
-                status["gpus"].append(
-                    {
-                        "index": index,
-                        "state": "lost",
-                        "error": f"stopped answering ({error}): it needs a reset or a reboot",
-                    }
-                )
+                lost(index, error, info["mig"])
                 continue
             status["gpus"].append({**info, **values, "state": "ok", "error": None})
             for proc in values.get("processes") or ():
@@ -218,24 +225,27 @@ def _value(value: Any, unit: str) -> str:
     return "n/a" if value is None else f"{value:.0f} {unit}"
 
 
+def _name(gpu: dict[str, Any]) -> str:
+    """A GPU's name; a MIG device's profile and instances, under its GPU's row."""
+    mig = gpu.get("mig")
+    if not isinstance(mig, dict):
+        return gpu.get("name") or ""
+    return f"└ MIG {mig.get('profile') or '?'} (GI {mig.get('gpu_instance_id')}, CI {mig.get('compute_instance_id')})"
+
+
 def _gpu_row(gpu: dict[str, Any]) -> list[str]:
     if gpu["state"] != "ok":
-        return [
-            str(gpu["index"]),
-            gpu.get("name") or "",
-            gpu["state"].upper(),
-            gpu.get("error") or "",
-            "",
-            "",
-        ]
+        return [str(gpu["index"]), _name(gpu), gpu["state"].upper(), gpu.get("error") or "", "", ""]
     used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
-    share = f" ({used / total:.0%})" if used is not None and total else ""
+    memory = format_bytes_of(used, total) + (f" ({used / total:.0%})" if used is not None and total else "")
+    if isinstance(gpu.get("mig"), dict):  # utilisation, temperature and power are its GPU's
+        return [str(gpu["index"]), _name(gpu), "", memory, "", ""]
     limit = gpu.get("power_limit_watts")
     return [
         str(gpu["index"]),
-        gpu.get("name") or "",
+        _name(gpu),
         _value(gpu.get("utilization_gpu_percent"), "%"),
-        f"{format_bytes_of(used, total)}{share}",
+        memory,
         _value(gpu.get("temperature_celsius"), "C"),
         _value(gpu.get("power_watts"), "W") + ("" if limit is None else f" / {limit:.0f} W"),
     ]

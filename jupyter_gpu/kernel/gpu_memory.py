@@ -16,6 +16,7 @@ import pynvml
 from ..analysis.fragmentation import AllocatorFigures, allocator_figures, summarize_snapshot
 from ..client import ServerError, discover
 from ..nvml import holders
+from ..nvml.mig import bare_uuid
 from ..torch_state import snapshot_segments
 
 # Tests swap in jupyter_gpu.nvml.simulated; everywhere else this is the real pynvml module.
@@ -67,12 +68,13 @@ def server_labels(uuid: str) -> dict[int, str]:
     except ServerError:
         return {}
     labels: dict[int, str] = {}
+    want = bare_uuid(uuid)  # the server spells a MIG device's UUID as NVML does, torch otherwise
     for kernel in _list(data.get("kernels")):
         if not isinstance(kernel, dict):
             continue
         name = f"notebook {kernel['path']}" if kernel.get("path") else f"kernel {kernel.get('id')}"
         for row in _list(kernel.get("gpu_memory")):
-            if isinstance(row, dict) and row.get("uuid") == uuid:
+            if isinstance(row, dict) and isinstance(row.get("uuid"), str) and bare_uuid(row["uuid"]) == want:
                 labels.update({pid: name for pid in _list(row.get("pids")) if isinstance(pid, int)})
     return labels
 

@@ -76,7 +76,7 @@ def nvml_section(view: DeviceView | None, reason: str | None, figures: Allocator
         s.add("unavailable", "", reason or "")
         return s
     s.add(
-        "whole GPU",
+        "whole MIG device" if view.mig else "whole GPU",
         format_bytes(view.used_bytes),
         f"used of {format_bytes(view.total_bytes)}; {format_bytes(view.free_bytes)} free",
     )
@@ -170,8 +170,11 @@ def no_cuda_report() -> Report:
     if not gpus:
         machine.add("unavailable", "", reason or "")
     for gpu in gpus:
+        mig = gpu.get("mig")
         machine.add(
-            f"GPU {gpu['index']}",
+            f"GPU {gpu['index']}"
+            if mig is None
+            else f"GPU {mig['parent_index']} · MIG {mig['profile'] or ''}",
             format_bytes(gpu.get("memory_used_bytes")),
             f"used of {format_bytes(gpu.get('memory_total_bytes'))}: {gpu.get('name') or ''}",
         )

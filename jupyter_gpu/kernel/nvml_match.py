@@ -26,7 +26,7 @@ class NvmlMatcher:
     def __init__(self, reader: Callable[[], NvmlReader] = lambda: NvmlReader(nvml_backend())) -> None:
         self._new_reader = reader
         self._reader: NvmlReader | None = None
-        self._count = 0
+        self._leaves: list[int] | None = None  # the devices processes run on, once listed
         self._index: dict[str, int | None] = {}  # uuid -> NVML index
         self._before: dict[int, set[int]] = {}  # NVML index -> pids before the context
         self.identity = NvmlIdentity(os.getpid())
@@ -36,11 +36,19 @@ class NvmlMatcher:
         if self._reader is None and not self._unavailable:
             try:
                 reader = self._new_reader()
-                self._count = reader.open()
+                reader.open()
                 self._reader = reader
             except NvmlUnavailable:
                 self._unavailable = True
         return self._reader
+
+    def _leaf_devices(self, reader: NvmlReader) -> list[int]:
+        """Each GPU not split into MIG devices, and each MIG device: where processes run."""
+        if self._leaves is None:
+            infos = [info for info, _ in reader.devices()]
+            split = {info["mig"]["parent_index"] for info in infos if info["mig"] is not None}
+            self._leaves = [info["index"] for info in infos if info["index"] not in split]
+        return self._leaves
 
     def _pids(self, index: int) -> dict[int, int]:
         assert self._reader is not None
@@ -60,15 +68,14 @@ class NvmlMatcher:
             return
         try:
             if torch is None:  # imported, no context yet: remember who is there before it
-                self._before = {i: set(self._pids(i)) for i in range(self._count)}
+                self._before = {i: set(self._pids(i)) for i in self._leaf_devices(reader)}
                 return
             if device is None:
                 return
             uuid, reserved = device
             if uuid not in self._index:
-                self._index[uuid] = next(
-                    (i for i in range(self._count) if reader.device_info(i)[0].get("uuid") == uuid), None
-                )
+                found = reader.find(uuid)  # a GPU or a MIG device
+                self._index[uuid] = None if found is None else found["index"]
             index = self._index[uuid]
             if index is None:
                 return

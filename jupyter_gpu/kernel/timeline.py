@@ -60,7 +60,6 @@ class ProcessMemory:
 
     def __init__(self) -> None:
         self._reader: Any = None
-        self._count = 0
         self._indices: dict[str, int | None] = {}
         self._last: dict[str, tuple[float, int | None, int]] = {}  # uuid -> (when, NVML, reserved)
         self._broken = False
@@ -83,12 +82,10 @@ class ProcessMemory:
         try:
             if self._reader is None:
                 self._reader = NvmlReader(nvml_backend())
-                self._count = self._reader.open()
+                self._reader.open()
             if uuid not in self._indices:
-                self._indices[uuid] = next(
-                    (i for i in range(self._count) if self._reader.device_info(i)[0].get("uuid") == uuid),
-                    None,
-                )
+                found = self._reader.find(uuid)  # a GPU or a MIG device
+                self._indices[uuid] = None if found is None else found["index"]
             index = self._indices[uuid]
             if index is None:
                 return None

@@ -31,7 +31,7 @@ class Holder:
 
 @dataclass(frozen=True)
 class DeviceView:
-    """NVML's view of one GPU (memory info v2: ``used`` excludes the driver's reserve)."""
+    """NVML's view of one GPU or MIG device (memory info v2: ``used`` excludes the driver's reserve)."""
 
     nvml_index: int
     uuid: str
@@ -42,6 +42,7 @@ class DeviceView:
     # The calling process (a kernel, the CLI) and its children (DataLoader workers, launchers).
     this_kernel_bytes: int | None
     others: list[Holder] = field(default_factory=list)
+    mig: bool = False  # a MIG device: its own memory, a slice of its GPU's
 
     @property
     def others_bytes(self) -> int:
@@ -79,7 +80,8 @@ def device_view(
     labels: Callable[[], dict[int, str]] = dict,
     also_own: Iterable[int] = (),
 ) -> tuple[DeviceView | None, str | None]:
-    """NVML's figures for the GPU with this UUID; None and a reason when NVML cannot tell.
+    """NVML's figures for the GPU or MIG device with this UUID; None and a reason when NVML
+    cannot tell.
 
     ``labels`` names other processes (e.g. ``server_labels``); it is called only when there are
     other processes, so that a lone kernel never waits for the server. ``also_own``: NVML PIDs
@@ -89,33 +91,32 @@ def device_view(
     # Simulated readings name PIDs that hold no real GPU: skip the PID-namespace check there.
     verify = not reader.simulated
     try:
-        count = reader.open()
-        for index in range(count):
-            info, _ = reader.device_info(index)
-            if info.get("uuid") != uuid:
-                continue
-            values, unsupported = reader.fast(index)
-            processes = values.get("processes")
-            if processes is None:
-                return _view(index, uuid, info, values, None, []), unsupported.get("processes")
-            own = _own_pids() | set(also_own)
-            mine = [p for p in processes if p["pid"] in own]
-            foreign = [p for p in processes if p["pid"] not in own]
-            metas = {p["pid"]: describe(p["pid"], verify=verify) for p in foreign}
-            names = labels() if foreign else {}
-            others = sorted(
-                (
-                    Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, metas[p["pid"]]))
-                    for p in foreign
-                ),
-                key=lambda h: -(h.used_bytes or 0),
-            )
-            if not mine and any(m.same_namespace is False for m in metas.values()):
-                return _view(index, uuid, info, values, None, others), NAMESPACE
-            withheld = any(p["used_memory_bytes"] is None for p in mine)
-            this_kernel = None if withheld else sum(p["used_memory_bytes"] for p in mine)
-            return _view(index, uuid, info, values, this_kernel, others), None
-        return None, f"NVML lists no GPU with UUID {uuid}"
+        reader.open()
+        info = reader.find(uuid)  # a MIG device too: a kernel given one MIG slice sees that slice
+        if info is None:
+            return None, f"NVML lists no GPU with UUID {uuid}"
+        index = info["index"]
+        values, unsupported = reader.fast(index)
+        processes = values.get("processes")
+        if processes is None:
+            return _view(index, uuid, info, values, None, []), unsupported.get("processes")
+        own = _own_pids() | set(also_own)
+        mine = [p for p in processes if p["pid"] in own]
+        foreign = [p for p in processes if p["pid"] not in own]
+        metas = {p["pid"]: describe(p["pid"], verify=verify) for p in foreign}
+        names = labels() if foreign else {}
+        others = sorted(
+            (
+                Holder(p["pid"], p["used_memory_bytes"], _label(p["pid"], names, metas[p["pid"]]))
+                for p in foreign
+            ),
+            key=lambda h: -(h.used_bytes or 0),
+        )
+        if not mine and any(m.same_namespace is False for m in metas.values()):
+            return _view(index, uuid, info, values, None, others), NAMESPACE
+        withheld = any(p["used_memory_bytes"] is None for p in mine)
+        this_kernel = None if withheld else sum(p["used_memory_bytes"] for p in mine)
+        return _view(index, uuid, info, values, this_kernel, others), None
     except NvmlUnavailable as error:
         return None, error.reason
     except GpuLost as error:
@@ -141,18 +142,19 @@ def _view(
         free_bytes=values.get("memory_free_bytes"),
         this_kernel_bytes=this_kernel,
         others=others,
+        mig=info.get("mig") is not None,
     )
 
 
 def all_devices(nvml: ModuleType | Any = pynvml) -> tuple[list[dict[str, Any]], str | None]:
-    """Name and memory of every GPU, for a kernel that has not used CUDA (no mapping to CUDA
-    indices exists before CUDA init, so NVML's numbering is shown)."""
+    """Name and memory of every GPU and MIG device, for a kernel that has not used CUDA (no
+    mapping to CUDA indices exists before CUDA init, so NVML's numbering is shown)."""
     reader = NvmlReader(nvml)
     try:
         rows = []
-        for index in range(reader.open()):
-            info, _ = reader.device_info(index)
-            values, _ = reader.fast(index)
+        reader.open()
+        for info, _ in reader.devices():
+            values, _ = reader.fast(info["index"])
             rows.append({**info, **values})
         return rows, None
     except NvmlUnavailable as error:

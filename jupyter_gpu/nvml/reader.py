@@ -1,25 +1,25 @@
 """Read NVML one field at a time, so that one failing call costs one field, not a sample.
 
 Every reading is a pair ``(values, unsupported)``: a field that cannot be read is ``None`` in
-``values`` and its reason is in ``unsupported``. Two failures are states rather than fields:
-``GpuLost`` (one GPU is gone) and ``NvmlUnavailable`` (NVML itself is gone).
+``values`` and its reason is in ``unsupported``. The session under the reader (``session``) opens
+NVML, keeps its handles and sorts its failures: a lost GPU and an unusable NVML are states
+(``GpuLost``, ``NvmlUnavailable``), not fields. Which fields there are, and how NVML's raw values
+become ours, is in ``fields``; what an error means, in ``errors``; MIG devices, in ``mig``.
 
 Calls that exist in several versions (memory info v2 and v1, process lists v3 and v2) are tried
-newest first once per reader, and the version the driver answered is kept, as nvitop's libnvml
-does: an old driver costs one failed call per session, not one per sample. Which fields there
-are, and how NVML's raw values become ours, is in ``fields``; what an error means, in ``errors``.
+newest first once per reader, and the version the driver answered is kept.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pynvml
 
-from .errors import FATAL_CODES, LOST_CODES, MISSING_VERSION_CODES, code_of, field_reason, problem
+from . import mig
+from .errors import field_reason
 from .fields import (
     FIELD_VALUES,
     PCIE_FIELDS,
@@ -29,62 +29,18 @@ from .fields import (
     field_value,
     milli,
 )
-from .reasons import PROBLEMS, Problem
+from .session import GpuLost, NvmlSession, NvmlUnavailable, Unsupported, Values
 
-Values = dict[str, Any]
-Unsupported = dict[str, str]
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be used at all; ``reason`` says why and what to do, ``detail`` is NVML's word."""
-
-    def __init__(self, why: Problem, detail: str | None = None) -> None:
-        super().__init__(why.sentence)
-        self.problem = why
-        self.reason = why.sentence
-        self.detail = detail
+__all__ = ["GpuLost", "NvmlReader", "NvmlUnavailable"]
 
 
-class GpuLost(Exception):
-    """One GPU stopped answering (fallen off the bus, needs a reset)."""
+class NvmlReader(NvmlSession):
+    """What NVML says of each device. Not thread-safe: one owner thread per reader."""
 
-
-class NvmlReader:
-    """Lazily initialised NVML session. Not thread-safe: one owner thread per reader."""
-
-    def __init__(self, nvml: ModuleType | Any = pynvml) -> None:
-        self.nvml = nvml
-        self._handles: dict[int, Any] = {}
-        self._mig: dict[int, bool] = {}
-        self._versions: dict[str, str] = {}  # versioned call -> the version this driver answers
-        self.is_open = False
-
-    @property
-    def simulated(self) -> bool:
-        """Whether the readings are replayed (``SimulatedNVML``) rather than read from GPUs."""
-        return bool(getattr(self.nvml, "simulated", False))
-
-    def open(self) -> int:
-        """Initialise NVML and return the GPU count; raise ``NvmlUnavailable`` with a reason."""
-        try:
-            self.nvml.nvmlInit()
-            count = self.nvml.nvmlDeviceGetCount()
-        except pynvml.NVMLError as error:
-            raise NvmlUnavailable(problem(error), str(error)) from None
-        self.is_open = True
-        if count == 0:
-            self.close()
-            raise NvmlUnavailable(PROBLEMS["no_devices"])
-        return count
-
-    def close(self) -> None:
-        self._handles.clear()
-        if self.is_open:
-            self.is_open = False
-            try:
-                self.nvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
+    def __init__(self, nvml: Any = pynvml) -> None:
+        super().__init__(nvml)
+        self._mig: dict[int, bool] = {}  # GPU index -> MIG mode on
+        self._children: dict[int, list[int]] = {}  # GPU index -> indices of its MIG devices
 
     def system(self) -> Values:
         values: Values = {}
@@ -99,8 +55,52 @@ class NvmlReader:
         )
         return values
 
+    def devices(
+        self, on_lost: Callable[[int, GpuLost], None] | None = None
+    ) -> Iterator[tuple[Values, Unsupported]]:
+        """``device_info`` of every device in nvitop's order: each GPU, then its MIG devices. A GPU
+        keeps NVML's index (nvidia-smi's); MIG devices are numbered after all GPUs, in that order.
+        A GPU that cannot be read raises GpuLost, or is left out after ``on_lost`` is told."""
+        self._slots.clear()
+        self._children.clear()
+        after = self._count
+        for index in range(self._count):
+            try:
+                info, unsupported = self.device_info(index)
+            except GpuLost as error:
+                if on_lost is None:
+                    raise
+                on_lost(index, error)
+                continue
+            children = []  # known before the GPU is read: its processes are theirs
+            for slot, handle in self._mig_handles(index, unsupported):
+                self._slots[after], self._handles[after] = mig.Slot(index, slot), handle
+                children.append(after)
+                after += 1
+            self._children[index] = children
+            yield info, unsupported
+            for child in children:
+                yield self._mig_info(child, info)
+
+    def _mig_handles(self, index: int, unsupported: Unsupported) -> list[tuple[int, Any]]:
+        """The MIG devices of a GPU in MIG mode; none, and why, where NVML cannot list them (its
+        processes then stay the GPU's)."""
+        if not self._mig[index]:
+            return []
+        try:
+            return list(mig.handles(self.nvml, self._handle(index)))
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            unsupported["mig_devices"] = f"MIG devices cannot be listed: {field_reason(error)}"
+            return []
+
+    def find(self, uuid: str) -> Values | None:
+        """The ``device_info`` of the GPU or MIG device with this UUID, as NVML or PyTorch spells it."""
+        want = mig.bare_uuid(uuid)
+        return next((info for info, _ in self.devices() if mig.bare_uuid(info["uuid"] or "") == want), None)
+
     def device_info(self, index: int) -> tuple[Values, Unsupported]:
-        """What does not change while the server runs."""
+        """What does not change while the server runs, of one GPU (``devices`` adds its MIG devices)."""
         nvml, h = self.nvml, self._handle(index)
         values: Values = {"index": index}
         unsupported: Unsupported = {}
@@ -128,6 +128,33 @@ class NvmlReader:
             lambda m: {"current": bool(m[0]), "pending": bool(m[1])},
         )
         self._mig[index] = bool(values["mig_mode"] and values["mig_mode"]["current"])
+        values["mig"] = None  # a whole GPU
+        return values, unsupported
+
+    def _mig_info(self, index: int, gpu: Values) -> tuple[Values, Unsupported]:
+        """``device_info`` of a MIG device of ``gpu``: its own UUID, name and memory, where it
+        sits (GPU and compute instance, profile), and null for what is the whole GPU's."""
+        nvml, h, parent = self.nvml, self._handle(index), gpu["index"]
+        values: Values = {"index": index}
+        unsupported: Unsupported = {
+            "power_limit_watts": mig.gpu_wide(parent),
+            "mig_mode": mig.gpu_wide(parent),
+        }
+        self._field(values, unsupported, "uuid", lambda: nvml.nvmlDeviceGetUUID(h), as_text)
+        self._field(values, unsupported, "name", lambda: nvml.nvmlDeviceGetName(h), as_text)
+        values["pci_bus_id"] = gpu.get("pci_bus_id")  # the PCI device it is part of
+        self._field(values, unsupported, "memory_total_bytes", lambda: nvml.nvmlDeviceGetMemoryInfo(h).total)
+        ids: Values = {}
+        self._field(ids, unsupported, "gpu_instance_id", lambda: nvml.nvmlDeviceGetGpuInstanceId(h))
+        self._field(ids, unsupported, "compute_instance_id", lambda: nvml.nvmlDeviceGetComputeInstanceId(h))
+        profile = mig.profile(values["name"])
+        if profile is None:
+            unsupported["profile"] = f"no MIG profile in its name ({values['name']})"
+        values.update(
+            power_limit_watts=None,
+            mig_mode=None,
+            mig={"parent_index": parent, "parent_uuid": gpu.get("uuid"), **ids, "profile": profile},
+        )
         return values, unsupported
 
     def diagnostics(self, index: int) -> tuple[Values, Unsupported]:
@@ -155,6 +182,11 @@ class NvmlReader:
         values: Values = {}
         unsupported: Unsupported = {}
         self._memory(h, values, unsupported)
+        slot = self._slots.get(index)
+        if slot is not None:  # a MIG device: its memory and processes, nothing of the whole GPU
+            self._field(values, unsupported, "processes", lambda: self._processes(h))
+            missing = mig.not_on_mig(slot.parent)
+            return {**values, **dict.fromkeys(missing)}, {**unsupported, **missing}
         try:
             rates = nvml.nvmlDeviceGetUtilizationRates(h)
             values["utilization_gpu_percent"] = rates.gpu
@@ -191,7 +223,11 @@ class NvmlReader:
             lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
         )
         self._field(values, unsupported, "fan_speed_percent", lambda: nvml.nvmlDeviceGetFanSpeed(h))
-        self._field(values, unsupported, "processes", lambda: self._processes(h))
+        if self._children.get(index):  # each process counts on the MIG device it runs on
+            values["processes"] = None
+            unsupported["processes"] = mig.PROCESSES_ON_MIG
+        else:
+            self._field(values, unsupported, "processes", lambda: self._processes(h))
         return values, unsupported
 
     def slow(self, index: int) -> tuple[Values, Unsupported]:
@@ -214,48 +250,15 @@ class NvmlReader:
         return values, unsupported
 
     def processes(self, index: int) -> list[Values]:
-        """The compute processes on one GPU, alone: what a kernel reads at each cell's edges."""
+        """The compute processes on one GPU or MIG device, alone: what a kernel reads at each
+        cell's edges."""
         try:
             return self._processes(self._handle(index))
         except pynvml.NVMLError as error:
             self._raise_state(error)
             raise GpuLost(f"GPU {index} cannot list its processes: {error}") from None
 
-    def forget(self, index: int) -> None:
-        """Drop a cached handle so that the next read looks the GPU up again."""
-        self._handles.pop(index, None)
-
     # -- internals ---------------------------------------------------------------------------
-
-    def _handle(self, index: int) -> Any:
-        if index not in self._handles:
-            try:
-                self._handles[index] = self.nvml.nvmlDeviceGetHandleByIndex(index)
-            except pynvml.NVMLError as error:
-                self._raise_state(error)
-                raise GpuLost(f"GPU {index} cannot be opened: {error}") from None
-        return self._handles[index]
-
-    def _versioned(self, call: str, versions: Sequence[tuple[str, Callable[[], Any]]]) -> tuple[str, Any]:
-        """(version, result) of the newest version of ``call`` this driver has: probed on first
-        use, newest first, then remembered; the last version's error is raised as it comes."""
-        known = self._versions.get(call)
-        candidates = [v for v in versions if known in (None, v[0])]
-        for version, attempt in candidates[:-1]:
-            try:
-                result = attempt()
-            except pynvml.NVMLLibraryMismatchError:  # pynvml's word for a missing newer symbol
-                continue
-            except pynvml.NVMLError as error:
-                if code_of(error) not in MISSING_VERSION_CODES:
-                    raise
-                continue
-            self._versions[call] = version
-            return version, result
-        version, attempt = candidates[-1]
-        result = attempt()
-        self._versions[call] = version
-        return version, result
 
     def _memory(self, h: Any, values: Values, unsupported: Unsupported) -> None:
         """Memory v2 separates the driver's reserve (~615 MiB on H200) from what processes use;
@@ -329,26 +332,3 @@ class NvmlReader:
         )
         # `usedGpuMemory` is None when the driver withholds it (e.g. under some containers)
         return [{"pid": p.pid, "used_memory_bytes": p.usedGpuMemory} for p in procs]
-
-    def _field(
-        self,
-        values: Values,
-        unsupported: Unsupported,
-        name: str,
-        call: Callable[[], Any],
-        convert: Callable[[Any], Any] = lambda v: v,
-    ) -> None:
-        try:
-            values[name] = convert(call())
-        except pynvml.NVMLError as error:
-            self._raise_state(error)
-            values[name] = None
-            unsupported[name] = field_reason(error)
-
-    def _raise_state(self, error: pynvml.NVMLError) -> None:
-        code = code_of(error)
-        if code in LOST_CODES:
-            raise GpuLost(str(error)) from None
-        if code in FATAL_CODES:
-            self.close()
-            raise NvmlUnavailable(problem(error), str(error)) from None

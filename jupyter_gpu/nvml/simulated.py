@@ -16,6 +16,13 @@ A file with a ``trace`` (``{"frame_seconds": 0.2, "frames": [[{device fields}, .
 fields of every device (utilisation, memory, power, temperature, clocks, PCIe, processes) for
 ``frame_seconds``, looping, so a demo moves as the recorded GPUs did. A frame's processes are added
 to the device's own ``compute_processes``, which tests may extend.
+
+A device in MIG mode (``"mig_mode": [1, 1]``) lists its MIG devices in ``mig_devices`` (``uuid``,
+``name``, ``gpu_instance_id``, ``compute_instance_id``, ``memory``, ``memory_v2``,
+``compute_processes``, and ``slot`` where it is not its place in the list), as
+``tests/fixtures/nvml_readings_mig.json`` does. Their handles answer what real NVML answers for a
+MIG device, and NVML_ERROR_NOT_SUPPORTED to every call about the whole GPU; the GPU itself reports
+no utilisation in MIG mode. A fault or a lost GPU applies to its MIG devices too.
 """
 
 from __future__ import annotations
@@ -25,11 +32,35 @@ import queue
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+
+# What a MIG device's handle answers; every other call is about the whole GPU.
+MIG_CALLS = frozenset(
+    {
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+    }
+)
+MAX_MIG_DEVICES = 7  # what NVML says of an H100 or H200
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    """A MIG device's handle: its GPU's and its own index (``nvmlDeviceGetMigDeviceHandleByIndex``)."""
+
+    gpu: int
+    index: int
 
 
 class SimulatedNVML:
@@ -80,7 +111,8 @@ class SimulatedNVML:
         """Have GPU ``index`` report critical error ``xid`` to whoever waits on an event set."""
         self._xids.put((index, xid))
 
-    def _check(self, function: str, device: int | None = None) -> None:
+    def _check(self, function: str, handle: int | MigHandle | None = None) -> None:
+        device = handle.gpu if isinstance(handle, MigHandle) else handle
         with self._lock:
             self.calls[function] += 1
             self.threads.add(threading.current_thread().name)
@@ -97,8 +129,12 @@ class SimulatedNVML:
                 raise pynvml.NVMLError(code)
         if function != "nvmlInit" and not self._initialised:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        if isinstance(handle, MigHandle) and function not in MIG_CALLS:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
-    def _device(self, handle: int) -> dict[str, Any]:
+    def _device(self, handle: int | MigHandle) -> dict[str, Any]:
+        if isinstance(handle, MigHandle):
+            return self._mig_devices(handle.gpu)[handle.index]
         device = self.readings["devices"][handle]
         if not self._frames:
             return device
@@ -106,6 +142,13 @@ class SimulatedNVML:
         frame = self._frames[int(elapsed / self._frame_seconds) % len(self._frames)][handle]
         processes = [*frame.get("compute_processes", ()), *device["compute_processes"]]
         return {**device, **frame, "compute_processes": processes}
+
+    def _mig_devices(self, gpu: int) -> dict[int, dict[str, Any]]:
+        """A GPU's MIG devices by their index; none unless its MIG mode is on."""
+        device = self.readings["devices"][gpu]
+        if not device["mig_mode"][0]:
+            return {}
+        return {m.get("slot", i): m for i, m in enumerate(device.get("mig_devices", ()))}
 
     def _mean_power_mw(self, handle: int) -> float:
         """The power the energy counter integrates: a replayed trace's mean, so it only grows."""
@@ -178,6 +221,8 @@ class SimulatedNVML:
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
         self._check("nvmlDeviceGetUtilizationRates", h)
+        if self._device(h)["mig_mode"][0]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(**self._device(h)["utilization"])
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
@@ -247,6 +292,34 @@ class SimulatedNVML:
     def nvmlDeviceGetIndex(self, h: int) -> int:
         self._check("nvmlDeviceGetIndex", h)
         return h
+
+    # -- MIG -----------------------------------------------------------------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        self._check("nvmlDeviceGetMaxMigDeviceCount", h)
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, index: int) -> MigHandle:
+        self._check("nvmlDeviceGetMigDeviceHandleByIndex", h)
+        if not 0 <= index < MAX_MIG_DEVICES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if index not in self._mig_devices(h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return MigHandle(h, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: int | MigHandle) -> int:
+        self._check("nvmlDeviceGetGpuInstanceId", h)
+        return self._instance(h)["gpu_instance_id"]
+
+    def nvmlDeviceGetComputeInstanceId(self, h: int | MigHandle) -> int:
+        self._check("nvmlDeviceGetComputeInstanceId", h)
+        return self._instance(h)["compute_instance_id"]
+
+    def _instance(self, h: int | MigHandle) -> dict[str, Any]:
+        """A MIG device's record; a GPU's handle has no instance ids."""
+        if not isinstance(h, MigHandle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self._device(h)
 
     # -- events: one set, fed by ``report_xid`` -------------------------------------------------
 

@@ -25,7 +25,7 @@ from ..analysis.exits import Seen, classify
 from .schema import VERSION
 
 if TYPE_CHECKING:
-    from .schema.replies import ExitsReply, Kernel, KernelExit
+    from .schema.replies import Device, ExitsReply, Kernel, KernelExit
 
 EVENT_SCHEMA = Path(__file__).parent / "events" / "kernel_died.json"
 EVENT_ID = "https://jupyter-gpu.readthedocs.io/events/kernel-died"
@@ -46,7 +46,7 @@ class Watched:
     oom_kills: int | None = None  # there, when first seen
     memory_limit_bytes: int | None = None
     rss_bytes: int | None = None
-    gpus: set[int] = field(default_factory=set)  # indices it held memory on
+    gpus: set[int] = field(default_factory=set)  # GPUs it held memory on (a MIG device's GPU)
     running_cell: int | None = None
 
 
@@ -98,9 +98,11 @@ class ExitLog:
         with self._xid_lock:
             return dict(self._xid_counts)
 
-    async def update(self, kernels: list[Kernel]) -> None:
+    async def update(self, kernels: list[Kernel], devices: list[Device]) -> None:
         """Learn the live kernels from the kernel view's latest reply: new or restarted ones
-        are watched from now, shut-down ones forgotten, the others' resident size refreshed."""
+        are watched from now, shut-down ones forgotten, the others' resident size refreshed.
+        ``devices``: the sampler's, whose MIG devices take the errors (Xids) of their GPU."""
+        gpu_of = {d["index"]: d["mig"]["parent_index"] for d in devices if d["mig"] is not None}
         live = {k["id"] for k in kernels}
         for gone in self.watched.keys() - live:
             del self.watched[gone]
@@ -110,7 +112,7 @@ class ExitLog:
             if seen is None:
                 continue
             seen.path = kernel["path"]
-            seen.gpus = {row["gpu_index"] for row in kernel["gpu_memory"]}
+            seen.gpus = {gpu_of.get(i, i) for i in (row["gpu_index"] for row in kernel["gpu_memory"])}
 
     async def watch(self, kernel_id: str, pid: int | None) -> Watched | None:
         """Watch the kernel's process ``pid`` (again, after a restart); None once it is gone."""

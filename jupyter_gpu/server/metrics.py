@@ -6,6 +6,9 @@ scrape costs no NVML call. Units are base units (bytes, watts, joules, celsius, 
 never zero. ``jupyter_gpu/monitoring/`` holds recording rules to DCGM's names and units and a
 Grafana dashboard over these series.
 
+Devices carry dcgm-exporter's labels: ``gpu`` (NVML's index) and ``uuid``; a MIG device (whose
+series are its memory and processes') also ``GPU_I_ID`` and ``GPU_I_PROFILE``, ``gpu`` its GPU's.
+
 Per-kernel series carry the labels ``c.GPUMonitor.metrics_kernel_labels`` keeps; kernels that
 share those labels are summed into one series, so no two series ever have the same labels
 (Prometheus drops a whole scrape with a duplicate). Under JupyterHub every series also carries
@@ -15,7 +18,7 @@ share those labels are summed into one series, so no two series ever have the sa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from prometheus_client import REGISTRY
@@ -23,8 +26,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from ..nvml.fields import CLOCK_THROTTLE_REASONS
+from ..nvml.mig import bare_uuid
 
-GPU_LABELS = ["gpu", "uuid"]
+MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE")
+GPU_LABELS = ["gpu", "uuid", *MIG_LABELS]
+GpuKey = tuple[str, str, str, str]  # the values of GPU_LABELS
 # c.GPUMonitor.metrics_kernel_labels -> the kernel labels per-kernel series carry
 KERNEL_LABELS: dict[str, tuple[str, ...]] = {
     "both": ("kernel_id", "notebook_path"),
@@ -144,8 +150,26 @@ def _family(
     return kind(f"jupyter_gpu_{name}", doc, labels=list(labels))
 
 
-def _gpu_key(index: Any, uuid: str | None) -> tuple[str, str]:
-    return (str(index), uuid or "")
+def gpu_key(device: Mapping[str, Any]) -> GpuKey:
+    """The GPU_LABELS of a device of the devices reply or of a sample, as dcgm-exporter has them."""
+    uuid, mig = device.get("uuid") or "", device.get("mig")
+    if mig is None:
+        return (str(device["index"]), uuid, "", "")
+    instance = mig["gpu_instance_id"]
+    return (str(mig["parent_index"]), uuid, "" if instance is None else str(instance), mig["profile"] or "")
+
+
+class GpuKeys:
+    """The GPU_LABELS of each device the sampler knows: by the index the replies give it, and by
+    its UUID as a kernel's allocator spells it (``mig.bare_uuid``). Others keep their number."""
+
+    def __init__(self, devices: Iterable[Mapping[str, Any]]) -> None:
+        self._by_index = {d["index"]: gpu_key(d) for d in devices}
+        self._by_uuid = {bare_uuid(key[1]): key for key in self._by_index.values() if key[1]}
+
+    def of(self, index: Any, uuid: str | None) -> GpuKey:
+        known = self._by_uuid.get(bare_uuid(uuid)) if uuid else self._by_index.get(index)
+        return known or (str(index), uuid or "", "", "")
 
 
 def gpu_families(gpus: Iterable[dict[str, Any]]) -> Iterator[Metric]:
@@ -153,7 +177,7 @@ def gpu_families(gpus: Iterable[dict[str, Any]]) -> Iterator[Metric]:
     gpus = list(gpus)
     up = GaugeMetricFamily("jupyter_gpu_up", "1 when the GPU answers, 0 when it is lost.", labels=GPU_LABELS)
     for gpu in gpus:
-        up.add_metric(_gpu_key(gpu["index"], gpu.get("uuid")), 1.0 if gpu["state"] == "ok" else 0.0)
+        up.add_metric(gpu_key(gpu), 1.0 if gpu["state"] == "ok" else 0.0)
     yield up
     for spec in GPU_FAMILIES:
         family = _family(spec.counter, spec.name, spec.doc, GPU_LABELS + ([spec.label] if spec.label else []))
@@ -162,7 +186,7 @@ def gpu_families(gpus: Iterable[dict[str, Any]]) -> Iterator[Metric]:
                 value = gpu.get(field)
                 if value is not None:
                     extra = [label_value] if spec.label else []
-                    family.add_metric([*_gpu_key(gpu["index"], gpu.get("uuid")), *extra], value * spec.scale)
+                    family.add_metric([*gpu_key(gpu), *extra], value * spec.scale)
         yield family
     throttle = GaugeMetricFamily(
         "jupyter_gpu_clock_throttle_active",
@@ -173,9 +197,7 @@ def gpu_families(gpus: Iterable[dict[str, Any]]) -> Iterator[Metric]:
         active = gpu.get("clock_throttle_reasons")
         if active is not None:
             for _, reason in CLOCK_THROTTLE_REASONS:
-                throttle.add_metric(
-                    [*_gpu_key(gpu["index"], gpu.get("uuid")), reason], float(reason in active)
-                )
+                throttle.add_metric([*gpu_key(gpu), reason], float(reason in active))
     yield throttle
 
 
@@ -185,42 +207,45 @@ def info_family(system: dict[str, Any], devices: Iterable[dict[str, Any]]) -> In
     versions = {key: system.get(key) or "" for key in ("driver_version", "cuda_driver_version")}
     for device in devices:
         details = {"name": device.get("name") or "", "pci_bus_id": device.get("pci_bus_id") or "", **versions}
-        info.add_metric(_gpu_key(device["index"], device.get("uuid")), details)
+        if device.get("mig") is not None:  # dcgm-exporter's UUID of a MIG device is its GPU's
+            details["parent_uuid"] = device["mig"]["parent_uuid"] or ""
+        info.add_metric(gpu_key(device), details)
     return info
 
 
-def xid_family(counts: dict[tuple[int, int], int], devices: Iterable[dict[str, Any]]) -> Metric:
+def xid_family(counts: dict[tuple[int, int], int], keys: GpuKeys) -> Metric:
     """``jupyter_gpu_xid_errors_total``: the critical errors (Xids) each GPU reported since the
     server started, by Xid number (DCGM's XID_ERRORS gauge keeps only the last one)."""
-    uuids = {device["index"]: device.get("uuid") for device in devices}
     family = CounterMetricFamily(
         "jupyter_gpu_xid_errors",
         "Critical GPU errors (Xids) NVML reported since the server started, by Xid.",
         labels=[*GPU_LABELS, "xid"],
     )
     for (gpu, xid), count in sorted(counts.items()):
-        family.add_metric([*_gpu_key(gpu, uuids.get(gpu)), str(xid)], count)
+        family.add_metric([*keys.of(gpu, None), str(xid)], count)
     return family
 
 
-def _kernel_key(
-    kernel: dict[str, Any], index: Any, uuid: str | None, keep: tuple[str, ...]
-) -> tuple[str, ...]:
+def _kernel_key(kernel: dict[str, Any], gpu: GpuKey, keep: tuple[str, ...]) -> tuple[str, ...]:
     values = {"kernel_id": kernel["id"], "notebook_path": kernel.get("path") or ""}
-    return (*_gpu_key(index, uuid), *(values[name] for name in keep))
+    return (*gpu, *(values[name] for name in keep))
 
 
-def kernel_memory(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+def kernel_memory(
+    kernels: Iterable[dict[str, Any]], keep: tuple[str, ...], keys: GpuKeys
+) -> dict[tuple[str, ...], float]:
     """GPU memory held by kernels' process trees, summed over kernels that share the kept labels."""
     totals: dict[tuple[str, ...], float] = {}
     for kernel in kernels:
         for row in kernel["gpu_memory"]:
-            key = _kernel_key(kernel, row["gpu_index"], row.get("uuid"), keep)
+            key = _kernel_key(kernel, keys.of(row["gpu_index"], row.get("uuid")), keep)
             totals[key] = totals.get(key, 0) + row["used_memory_bytes"]
     return totals
 
 
-def kernel_idle(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+def kernel_idle(
+    kernels: Iterable[dict[str, Any]], keep: tuple[str, ...], keys: GpuKeys
+) -> dict[tuple[str, ...], float]:
     """Seconds idle of each idle kernel, per GPU it holds memory on; kernels that share the kept
     labels report the longest (a sum of idle times would mean nothing)."""
     longest: dict[tuple[str, ...], float] = {}
@@ -229,13 +254,13 @@ def kernel_idle(kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]) -> dic
         if idle is None:
             continue
         for row in kernel["gpu_memory"]:
-            key = _kernel_key(kernel, row["gpu_index"], row.get("uuid"), keep)
+            key = _kernel_key(kernel, keys.of(row["gpu_index"], row.get("uuid")), keep)
             longest[key] = max(longest.get(key, 0.0), idle)
     return longest
 
 
 def kernel_allocators(
-    kernels: Iterable[dict[str, Any]], keep: tuple[str, ...]
+    kernels: Iterable[dict[str, Any]], keep: tuple[str, ...], keys: GpuKeys
 ) -> dict[tuple[str, ...], dict[str, float]]:
     """Allocator figures per device and kept labels. Bytes and counts of kernels that share the
     labels are summed; their fragmentation is weighted by reserved bytes (which, for figures
@@ -243,9 +268,8 @@ def kernel_allocators(
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for kernel in kernels:
         for device in (kernel.get("allocator") or {}).get("devices", []):
-            groups.setdefault(_kernel_key(kernel, device["index"], device.get("uuid"), keep), []).append(
-                device
-            )
+            key = _kernel_key(kernel, keys.of(device["index"], device.get("uuid")), keep)
+            groups.setdefault(key, []).append(device)
     result: dict[tuple[str, ...], dict[str, float]] = {}
     for key, devices in groups.items():
         figures: dict[str, float] = {}
@@ -265,7 +289,7 @@ def kernel_allocators(
     return result
 
 
-def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
+def kernel_families(view: dict[str, Any], mode: str, keys: GpuKeys) -> Iterator[Metric]:
     keep = KERNEL_LABELS[mode]
     labels = [*GPU_LABELS, *keep]
     memory = GaugeMetricFamily(
@@ -273,7 +297,7 @@ def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
         "Device memory held by a kernel's process tree.",
         labels=labels,
     )
-    for key, total in kernel_memory(view["kernels"], keep).items():
+    for key, total in kernel_memory(view["kernels"], keep, keys).items():
         memory.add_metric(key, total)
     yield memory
     idle = GaugeMetricFamily(
@@ -281,10 +305,10 @@ def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
         "Seconds since the kernel manager last saw activity on an idle kernel holding device memory.",
         labels=labels,
     )
-    for key, seconds in kernel_idle(view["kernels"], keep).items():
+    for key, seconds in kernel_idle(view["kernels"], keep, keys).items():
         idle.add_metric(key, seconds)
     yield idle
-    allocators = kernel_allocators(view["kernels"], keep)
+    allocators = kernel_allocators(view["kernels"], keep, keys)
     for field, name, doc, counter in ALLOCATOR_SERIES:
         family = _family(counter, f"kernel_allocator_{name}", doc, labels)
         for key, figures in allocators.items():
@@ -296,9 +320,9 @@ def kernel_families(view: dict[str, Any], mode: str) -> Iterator[Metric]:
         "Device memory held by processes that are not kernels of this server.",
         labels=GPU_LABELS,
     )
-    totals: dict[tuple[str, str], int] = {}
+    totals: dict[GpuKey, int] = {}
     for row in view["unattributed"]:
-        key = _gpu_key(row["gpu_index"], row.get("uuid"))
+        key = keys.of(row["gpu_index"], row.get("uuid"))
         totals[key] = totals.get(key, 0) + (row["used_memory_bytes"] or 0)
     for key, total in totals.items():
         other.add_metric(key, total)
@@ -314,7 +338,7 @@ class GPUCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         # A family without samples would still print its HELP and TYPE: leave it out entirely.
-        families = (family for family in self._families() if family.samples)
+        families = (_without_empty_mig(family) for family in self._families() if family.samples)
         return families if self.user is None else (_with_user(f, self.user) for f in families)
 
     def _families(self) -> Iterator[Metric]:
@@ -334,11 +358,22 @@ class GPUCollector(Collector):
         latest = monitor.sampler.latest()
         if not status.available or latest is None:
             return
+        keys = GpuKeys(status.devices)
         yield info_family(status.system, status.devices)
         yield from gpu_families(latest.gpus)
-        yield xid_family(monitor.exits.xid_counts(), status.devices)
+        yield xid_family(monitor.exits.xid_counts(), keys)
         if monitor.kernels.last:
-            yield from kernel_families(monitor.kernels.last, monitor.metrics_kernel_labels)
+            yield from kernel_families(monitor.kernels.last, monitor.metrics_kernel_labels, keys)
+
+
+def _without_empty_mig(family: Metric) -> Metric:
+    """A whole GPU's series without GPU_I_ID and GPU_I_PROFILE: empty, they are no labels to
+    Prometheus, and its series read as before MIG devices had their own."""
+    family.samples = [
+        s._replace(labels={k: v for k, v in s.labels.items() if v or k not in MIG_LABELS})
+        for s in family.samples
+    ]
+    return family
 
 
 def _with_user(family: Metric, user: str) -> Metric:

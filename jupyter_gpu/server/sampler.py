@@ -182,13 +182,11 @@ class Sampler:
 
     def _open(self, reader: NvmlReader) -> bool:
         try:
-            count = reader.open()
+            reader.open()
             system = reader.system()
-            devices: list[Device] = []
-            for index in range(count):
-                values, unsupported = reader.device_info(index)
-                # the reader's names are the schema's (test_server_api holds replies to it)
-                devices.append(cast("Device", {**values, "unsupported": unsupported}))
+            # each GPU, then its MIG devices; the reader's names are the schema's (test_server_api
+            # holds replies to it)
+            devices = [cast("Device", {**values, "unsupported": why}) for values, why in reader.devices()]
         except NvmlUnavailable as error:
             self._unusable(reader, error.problem)
             return False
@@ -197,7 +195,9 @@ class Sampler:
             return False
         with self._lock:
             self._status = Status("ok", None, system, devices)
-        self.log.info("jupyter_gpu: sampling %d GPU(s) every %ss", len(devices), self.interval)
+        migs = sum(1 for device in devices if device["mig"] is not None)
+        what = f"{len(devices) - migs} GPU(s)" + (f" and {migs} MIG device(s)" if migs else "")
+        self.log.info("jupyter_gpu: sampling %s every %ss", what, self.interval)
         return True
 
     def _unusable(self, reader: NvmlReader, problem: Problem) -> None:
@@ -234,6 +234,7 @@ class Sampler:
             return {
                 "index": index,
                 "uuid": uuid,
+                "mig": device["mig"],
                 "state": "lost",
                 "error": f"GPU {index} is lost: {error}",
                 "unsupported": {},
@@ -242,6 +243,7 @@ class Sampler:
         gpu = {
             "index": index,
             "uuid": uuid,
+            "mig": device["mig"],
             "state": "ok",
             "error": None,
             **values,
@@ -274,6 +276,8 @@ class Sampler:
             if not reader.is_open:
                 reader.open()
             for device in devices:
+                if device["mig"] is not None:  # a MIG device has none of these (its fast read says why)
+                    continue
                 try:
                     self._slow[device["index"]] = reader.slow(device["index"])
                 except GpuLost:

@@ -1,7 +1,8 @@
 /**
  * The GPU Dashboard: a main-area widget (dragged, split and tabbed like any
  * JupyterLab panel) with larger charts for every GPU side by side, and a
- * window selector. It draws from GpuModel's one telemetry poll, which runs
+ * window selector; a MIG device has its own memory chart after its GPU's
+ * charts. It draws from GpuModel's one telemetry poll, which runs
  * while it is on screen; the memory charts mark the cells of the notebooks
  * they show, whose timelines it asks for every few polls (kernelCells.ts).
  */
@@ -20,8 +21,8 @@ import { KernelCells } from './kernelCells';
 import { GpuModel, MAX_WINDOW_SECONDS } from './model';
 import { OnScreenRenderer } from './onScreen';
 import { viewRange, windowCut } from './series';
-import { deviceFor } from './shape';
-import type { TelemetryReply } from './types';
+import { deviceFor, deviceLabel, migDevicesOf } from './shape';
+import type { GpuSample, TelemetryReply } from './types';
 
 /** The windows offered, in seconds: 1, 5, 10 and 60 minutes. */
 export const WINDOWS = [60, 300, 600, MAX_WINDOW_SECONDS];
@@ -130,11 +131,11 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
           return (
             <section
               key={g.uuid ?? g.index}
-              className="jp-gpu-dashboard-gpu"
+              className={`jp-gpu-dashboard-gpu${g.mig ? ' jp-gpu-dashboard-mig' : ''}`}
               data-gpu-index={g.index}
             >
-              <h3>
-                GPU {g.index} · {device?.name ?? 'GPU'}
+              <h3 data-field="label">
+                {deviceLabel(g)} · {device?.name ?? 'GPU'}
                 {g.state !== 'ok' && (
                   <span className="jp-gpu-error" data-field="state">
                     {' '}
@@ -142,10 +143,18 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
                   </span>
                 )}
               </h3>
-              <Panel title="Utilisation">
-                <UtilisationChart {...props} withMemoryBusy />
-              </Panel>
-              <Panel title="Memory by notebook">
+              {!g.mig && (
+                <Panel title="Utilisation">
+                  <UtilisationChart {...props} withMemoryBusy />
+                </Panel>
+              )}
+              <Panel
+                title={
+                  g.mig
+                    ? 'Memory by notebook'
+                    : memoryTitle(g, m.telemetry?.latest?.gpus ?? [])
+                }
+              >
                 <MemoryChart
                   {...props}
                   owners={owners}
@@ -155,18 +164,22 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
                   }
                 />
               </Panel>
-              <Panel title="Power against limit">
-                <PowerChart {...props} />
-              </Panel>
-              <Panel title="Temperature">
-                <TemperatureChart {...props} />
-              </Panel>
-              <Panel title="SM clock">
-                <ClockChart {...props} />
-              </Panel>
-              <Panel title="PCIe">
-                <PcieChart {...props} />
-              </Panel>
+              {!g.mig && (
+                <>
+                  <Panel title="Power against limit">
+                    <PowerChart {...props} />
+                  </Panel>
+                  <Panel title="Temperature">
+                    <TemperatureChart {...props} />
+                  </Panel>
+                  <Panel title="SM clock">
+                    <ClockChart {...props} />
+                  </Panel>
+                  <Panel title="PCIe">
+                    <PcieChart {...props} />
+                  </Panel>
+                </>
+              )}
             </section>
           );
         })}
@@ -178,6 +191,13 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
   private _cells: KernelCells;
   private _onScreen = false;
   private _lastReply: TelemetryReply | null = null;
+}
+
+/** A GPU in MIG mode's memory is stacked by its MIG devices (series.ts). */
+function memoryTitle(g: GpuSample, gpus: GpuSample[]): string {
+  return migDevicesOf(gpus, g).length
+    ? 'Memory by MIG device'
+    : 'Memory by notebook';
 }
 
 function Panel(props: { title: string; children: JSX.Element }): JSX.Element {

@@ -1,7 +1,10 @@
 /**
  * The panel's GPU cards: for each selected GPU, its utilisation and memory
  * charts over the panel's window and its other readings, each reading NVML
- * could not give marked "not supported" with the reason.
+ * could not give marked "not supported" with the reason. A MIG device has a
+ * card of its own after its GPU's, with its memory and who holds it; what
+ * belongs to the whole GPU (utilisation, temperature, power, clocks, PCIe) is
+ * on the GPU's card only.
  */
 import * as React from 'react';
 
@@ -19,8 +22,14 @@ import {
 import { MemoryChart, UtilisationChart } from './gpuCharts';
 import { GpuModel } from './model';
 import { viewRange, windowCut } from './series';
-import { deviceFor } from './shape';
-import type { Device, GpuSample, ProcessOwner, Sample } from './types';
+import { deviceFor, deviceLabel } from './shape';
+import type {
+  Device,
+  GpuSample,
+  MigDevice,
+  ProcessOwner,
+  Sample
+} from './types';
 
 export function Cards(props: { model: GpuModel }): JSX.Element {
   const m = props.model;
@@ -78,17 +87,34 @@ function Card(props: ICardProps): JSX.Element {
     span: `over ${formatAge(props.range[1] - props.range[0])}`
   };
   const total = g.memory_total_bytes ?? device?.memory_total_bytes ?? 0;
+  const memory = (
+    <div className="jp-gpu-chart">
+      <div className="jp-gpu-chart-label">
+        <span>Memory</span>
+        <Value gpu={g} field="memory_used_bytes">
+          {formatBytesOf(g.memory_used_bytes, total || null, units)}
+        </Value>
+      </div>
+      <MemoryChart {...charts} owners={props.owners} total={total || null} />
+    </div>
+  );
   return (
     <section
-      className={`jp-gpu-card jp-gpu-state-${g.state}`}
+      className={`jp-gpu-card jp-gpu-state-${g.state}${g.mig ? ' jp-gpu-card-mig' : ''}`}
       data-gpu-index={g.index}
       data-gpu-uuid={g.uuid}
     >
       <div className="jp-gpu-card-title">
-        <span className="jp-gpu-index">GPU {g.index}</span>
-        <span className="jp-gpu-name" title={device?.pci_bus_id ?? undefined}>
-          {name}
+        <span className="jp-gpu-index" data-field="label">
+          {deviceLabel(g)}
         </span>
+        {g.mig ? (
+          <Instance mig={g.mig} name={name} uuid={g.uuid} />
+        ) : (
+          <span className="jp-gpu-name" title={device?.pci_bus_id ?? undefined}>
+            {name}
+          </span>
+        )}
         <Mig device={device} />
       </div>
       {g.state !== 'ok' && (
@@ -96,6 +122,71 @@ function Card(props: ICardProps): JSX.Element {
           {g.error || 'GPU lost'}
         </div>
       )}
+      {g.mig ? (
+        <MigBody gpu={g} mig={g.mig} memory={memory} units={units} />
+      ) : (
+        <WholeGpuBody {...props} charts={charts} memory={memory} />
+      )}
+    </section>
+  );
+}
+
+/** A MIG device's card: its memory and who holds it; the rest is its GPU's. */
+function MigBody(props: {
+  gpu: GpuSample;
+  mig: MigDevice;
+  memory: JSX.Element;
+  units: MemoryUnits;
+}): JSX.Element {
+  const g = props.gpu;
+  return (
+    <>
+      {props.memory}
+      <dl className="jp-gpu-readings">
+        <Reading gpu={g} field="memory_reserved_bytes" label="Driver reserved">
+          {formatBytes(g.memory_reserved_bytes, props.units)}
+        </Reading>
+      </dl>
+      <div
+        className="jp-gpu-hint"
+        data-field="gpu-wide"
+        title={g.unsupported?.temperature_celsius}
+      >
+        Utilisation, temperature, power, clocks and PCIe are the whole
+        GPU&apos;s: see GPU {props.mig.parent_index}.
+      </div>
+    </>
+  );
+}
+
+/** Where a MIG device sits, its UUID and NVML's name on hover. */
+function Instance(props: {
+  mig: MigDevice;
+  name: string;
+  uuid: string | null;
+}): JSX.Element {
+  const { gpu_instance_id: gi, compute_instance_id: ci } = props.mig;
+  return (
+    <span
+      className="jp-gpu-name"
+      data-field="mig-instance"
+      title={`${props.name}${props.uuid ? ` (${props.uuid})` : ''}`}
+    >
+      GI {gi ?? '?'} · CI {ci ?? '?'}
+    </span>
+  );
+}
+
+/** A whole GPU's card: utilisation, memory and every other reading. */
+function WholeGpuBody(
+  props: ICardProps & {
+    charts: Parameters<typeof UtilisationChart>[0];
+    memory: JSX.Element;
+  }
+): JSX.Element {
+  const { gpu: g, device, units, charts } = props;
+  return (
+    <>
       <div className="jp-gpu-chart">
         <div className="jp-gpu-chart-label">
           <span>Utilisation</span>
@@ -105,15 +196,7 @@ function Card(props: ICardProps): JSX.Element {
         </div>
         <UtilisationChart {...charts} />
       </div>
-      <div className="jp-gpu-chart">
-        <div className="jp-gpu-chart-label">
-          <span>Memory</span>
-          <Value gpu={g} field="memory_used_bytes">
-            {formatBytesOf(g.memory_used_bytes, total || null, units)}
-          </Value>
-        </div>
-        <MemoryChart {...charts} owners={props.owners} total={total || null} />
-      </div>
+      {props.memory}
       <dl className="jp-gpu-readings">
         <Reading gpu={g} field="temperature_celsius" label="Temperature">
           {formatCelsius(g.temperature_celsius)}
@@ -146,14 +229,14 @@ function Card(props: ICardProps): JSX.Element {
           {formatPercent(g.utilization_memory_percent)}
         </Reading>
       </dl>
-    </section>
+    </>
   );
 }
 
 function Mig(props: { device: Device | undefined }): JSX.Element | null {
   const d = props.device;
-  if (!d) {
-    return null;
+  if (!d || d.mig) {
+    return null; // a MIG device's label says what it is
   }
   if (!d.mig_mode) {
     const why = d.unsupported?.mig_mode;
@@ -180,7 +263,7 @@ function Mig(props: { device: Device | undefined }): JSX.Element | null {
   return (
     <span
       className="jp-gpu-badge jp-gpu-mig"
-      title="Multi-Instance GPU mode: whole-GPU utilisation is not reported in this mode."
+      title="Multi-Instance GPU mode: its MIG devices follow, each with its memory and processes; whole-GPU utilisation is not reported in this mode."
       data-field="mig"
     >
       {label}

@@ -22,7 +22,7 @@ import {
   memoryLayers,
   memoryStack
 } from './series';
-import { IGpuRef } from './shape';
+import { deviceLabel, IGpuRef } from './shape';
 import { cellMarkers, INotebookCells } from './timeline';
 import type { Cell, ProcessOwner, Sample } from './types';
 
@@ -61,7 +61,7 @@ export function UtilisationChart(
       range={props.range}
       yMax={100}
       height={props.height}
-      label={`GPU ${props.gpu.index} utilisation ${props.span}`}
+      label={`${deviceLabel(props.gpu)} utilisation ${props.span}`}
     />
   );
 }
@@ -96,7 +96,7 @@ export function MemoryChart(
   const series = layers.map(layer => ({
     label: layer.label,
     colour:
-      layer.kind === 'notebook'
+      layer.kind === 'notebook' || layer.kind === 'mig'
         ? PALETTE[notebook++ % PALETTE.length]
         : layer.kind === 'processes'
           ? GREY
@@ -123,7 +123,7 @@ export function MemoryChart(
       range={props.range}
       yMax={props.total}
       height={props.height}
-      label={`GPU ${props.gpu.index} memory by holder ${props.span}`}
+      label={`${deviceLabel(props.gpu)} memory by holder ${props.span}`}
       markers={markers}
     />
   );
@@ -149,7 +149,7 @@ export function PowerChart(props: IGpuChartProps): JSX.Element {
       range={props.range}
       yMax={null}
       height={props.height}
-      label={`GPU ${props.gpu.index} power against its limit ${props.span}`}
+      label={`${deviceLabel(props.gpu)} power against its limit ${props.span}`}
     />
   );
 }
@@ -174,7 +174,7 @@ export function TemperatureChart(props: IGpuChartProps): JSX.Element {
       range={props.range}
       yMax={null}
       height={props.height}
-      label={`GPU ${props.gpu.index} temperature ${props.span}`}
+      label={`${deviceLabel(props.gpu)} temperature ${props.span}`}
     />
   );
 }
@@ -191,7 +191,7 @@ export function ClockChart(props: IGpuChartProps): JSX.Element {
       range={props.range}
       yMax={null}
       height={props.height}
-      label={`GPU ${props.gpu.index} SM clock ${props.span}`}
+      label={`${deviceLabel(props.gpu)} SM clock ${props.span}`}
     />
   );
 }
@@ -217,7 +217,7 @@ export function PcieChart(props: IGpuChartProps): JSX.Element {
       range={props.range}
       yMax={null}
       height={props.height}
-      label={`GPU ${props.gpu.index} PCIe throughput ${props.span}`}
+      label={`${deviceLabel(props.gpu)} PCIe throughput ${props.span}`}
     />
   );
 }

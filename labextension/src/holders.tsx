@@ -9,8 +9,8 @@ import { KernelRow } from './kernelRow';
 import { GpuModel } from './model';
 import { INotebookLinks } from './notebooks';
 import { Prose } from './prose';
-import { holders } from './shape';
-import type { UnattributedProcess } from './types';
+import { holders, rowLabel } from './shape';
+import type { GpuSample, UnattributedProcess } from './types';
 
 export function Holders(props: {
   model: GpuModel;
@@ -47,7 +47,12 @@ export function Holders(props: {
           />
         ))}
         {h.unattributed.map(u => (
-          <ProcessRow key={`${u.pid}-${u.uuid}`} proc={u} units={units} />
+          <ProcessRow
+            key={`${u.pid}-${u.uuid}`}
+            proc={u}
+            units={units}
+            gpuList={m.telemetry?.latest?.gpus ?? []}
+          />
         ))}
       </ul>
     );
@@ -69,6 +74,7 @@ export function Holders(props: {
 function ProcessRow(props: {
   proc: UnattributedProcess;
   units: MemoryUnits;
+  gpuList: GpuSample[];
 }): JSX.Element {
   const p = props.proc;
   return (
@@ -84,7 +90,7 @@ function ProcessRow(props: {
         </span>
       </div>
       <div className="jp-gpu-holder-detail">
-        <span className="jp-gpu-chip">GPU {p.gpu_index}</span>
+        <span className="jp-gpu-chip">{rowLabel(props.gpuList, p)}</span>
         <span className="jp-gpu-chip">not a kernel of this server</span>
       </div>
       {p.reason && (

@@ -3,7 +3,13 @@
  * draw (uPlot's columnar data). Pure functions, no DOM: unit-tested in
  * src/__tests__/series.test.ts.
  */
-import { IGpuRef, sameGpu, SeriesField } from './shape';
+import {
+  deviceLabel,
+  IGpuRef,
+  migDevicesOf,
+  sameGpu,
+  SeriesField
+} from './shape';
 import type { GpuSample, ProcessOwner, Sample } from './types';
 
 /** uPlot's data: times (unix seconds), then one column per series. */
@@ -71,8 +77,8 @@ function gpuReader(gpu: IGpuRef): (sample: Sample) => GpuSample | null {
 }
 
 /**
- * Build columns over the samples: `values(g)` gives a row of numbers for a
- * GPU reading, or nulls where the GPU was lost. Where samples lie more than
+ * Build columns over the samples: `values(g, sample)` gives a row of numbers
+ * for a GPU reading, or nulls where the GPU was lost. Where samples lie more than
  * `maxGap` seconds apart (the server was down, the tab slept) a row of nulls
  * goes between them, so the lines break instead of bridging the gap.
  */
@@ -80,7 +86,7 @@ function columnsOf(
   history: Sample[],
   gpu: IGpuRef,
   width: number,
-  values: (g: GpuSample) => (number | null)[],
+  values: (g: GpuSample, sample: Sample) => (number | null)[],
   maxGap: number
 ): Columns {
   const times: number[] = [];
@@ -94,7 +100,7 @@ function columnsOf(
       nulls.forEach((v, i) => cols[i].push(v));
     }
     const g = gpuIn(sample);
-    const row = g ? values(g) : nulls;
+    const row = g ? values(g, sample) : nulls;
     times.push(sample.t);
     row.forEach((v, i) => cols[i].push(v));
     last = sample.t;
@@ -122,15 +128,22 @@ export function fieldColumns(
   );
 }
 
-/** Who a layer of the memory stack is. */
-export type HolderKind = 'notebook' | 'processes' | 'driver';
+/** Who a layer of the memory stack is: a GPU in MIG mode's are its MIG devices. */
+export type HolderKind = 'notebook' | 'processes' | 'mig' | 'driver';
 
 export interface IMemoryLayer {
   kind: HolderKind;
-  /** The notebook's path, or "other processes", "driver / other". */
+  /** The notebook's path, "GPU 0 · MIG 1g.18gb", or "other processes", "driver / other". */
   label: string;
   /** The kernel, for a notebook layer. */
   kernelId: string | null;
+  /** The MIG device's UUID, for a MIG device's layer. */
+  device?: string;
+}
+
+/** A layer's place in a row of the stack. */
+function layerKey(layer: IMemoryLayer): string {
+  return layer.kernelId ?? layer.device ?? layer.kind;
 }
 
 export interface IMemoryStack {
@@ -145,14 +158,36 @@ export interface IMemoryStack {
 /**
  * Who held one GPU's memory over the history, bottom to top: each notebook of
  * this server that held some (largest peak first), other processes, and
- * "driver / other". Apart from memoryStack: a chart needs its layers (its
- * series) even while out of view, where the stack itself is not drawn.
+ * "driver / other"; for a GPU in MIG mode, each of its MIG devices (which list
+ * the processes) and "driver / other". Apart from memoryStack: a chart needs
+ * its layers (its series) even while out of view, where the stack itself is
+ * not drawn.
  */
 export function memoryLayers(
   history: Sample[],
   gpu: IGpuRef,
   owners: ProcessOwner[]
 ): IMemoryLayer[] {
+  const migs = new Map<string, IMemoryLayer>();
+  for (const sample of history) {
+    for (const m of migDevicesOf(sample.gpus, gpu)) {
+      const device = m.uuid ?? deviceLabel(m);
+      migs.set(device, {
+        kind: 'mig',
+        label: deviceLabel(m),
+        kernelId: null,
+        device
+      });
+    }
+  }
+  if (migs.size) {
+    const driver: IMemoryLayer = {
+      kind: 'driver',
+      label: 'driver / other',
+      kernelId: null
+    };
+    return [...migs.values(), driver];
+  }
   const byPid = new Map(owners.map(o => [o.pid, o]));
   const peak = new Map<string, number>();
   const notebooks = new Map<string, IMemoryLayer>();
@@ -192,7 +227,8 @@ export function memoryLayers(
  * One GPU's used memory over time, split by who held it (memoryLayers): each
  * notebook of this server (its processes, via the server's `owners`), other
  * processes, and what no listed process accounts for (the driver's
- * per-process share, processes NVML did not list).
+ * per-process share, processes NVML did not list); a GPU in MIG mode's by its
+ * MIG devices, whose own charts split theirs by notebook.
  */
 export function memoryStack(
   history: Sample[],
@@ -202,15 +238,21 @@ export function memoryStack(
   layers: IMemoryLayer[] = memoryLayers(history, gpu, owners)
 ): IMemoryStack {
   const byPid = new Map(owners.map(o => [o.pid, o]));
-  const slot = new Map(layers.map((l, i) => [l.kernelId ?? l.kind, i]));
+  const slot = new Map(layers.map((l, i) => [layerKey(l), i]));
+  const byMig = layers.some(l => l.kind === 'mig');
   const raw = columnsOf(
     history,
     gpu,
     layers.length,
-    g => {
+    (g, sample) => {
       const row = new Array<number>(layers.length).fill(0);
       let listed = 0;
-      for (const p of g.processes ?? []) {
+      for (const m of byMig ? migDevicesOf(sample.gpus, g) : []) {
+        const bytes = m.memory_used_bytes ?? 0;
+        row[slot.get(m.uuid ?? deviceLabel(m))!] += bytes;
+        listed += bytes;
+      }
+      for (const p of byMig ? [] : (g.processes ?? [])) {
         const bytes = p.used_memory_bytes ?? 0;
         const o = byPid.get(p.pid);
         row[slot.get(o ? o.kernel_id : 'processes')!] += bytes;

@@ -7,6 +7,7 @@ import type {
   GpuSample,
   Kernel,
   KernelsReply,
+  MigDevice,
   Sample,
   UnattributedProcess
 } from './types';
@@ -64,14 +65,39 @@ export function memoryFraction(g: GpuSample): number | null {
 }
 
 /**
- * The busiest healthy GPU: highest utilisation, then highest memory fraction.
- * A GPU whose utilisation is not reported (MIG mode) counts its memory
- * fraction as its utilisation. Returns null when no GPU is in state `ok`.
+ * The devices work runs on (nvitop's leaves): each GPU not split into MIG
+ * devices, and each MIG device. A GPU in MIG mode holds its MIG devices'
+ * memory, so a sum over devices takes either it or them: these are them.
+ */
+export function leafDevices<T extends IGpuRef>(gpus: T[]): T[] {
+  const split = new Set<number>();
+  gpus.forEach(g => g.mig && split.add(g.mig.parent_index));
+  return gpus.filter(g => g.mig || !split.has(g.index));
+}
+
+/**
+ * The MIG devices of a GPU among a sample's devices (listed after it).
+ */
+export function migDevicesOf<T extends IGpuRef>(gpus: T[], gpu: IGpuRef): T[] {
+  return gpus.filter(
+    x =>
+      x.mig &&
+      (gpu.uuid !== null && x.mig.parent_uuid !== null
+        ? x.mig.parent_uuid === gpu.uuid
+        : x.mig.parent_index === gpu.index)
+  );
+}
+
+/**
+ * The busiest healthy device: highest utilisation, then highest memory
+ * fraction, over the leaf devices (a MIG device rather than its GPU). A device
+ * whose utilisation is not reported (MIG) counts its memory fraction as its
+ * utilisation. Returns null when no device is in state `ok`.
  */
 export function busiestGpu(gpus: GpuSample[]): GpuSample | null {
   let best: GpuSample | null = null;
   let bestKey: [number, number] = [-1, -1];
-  for (const g of gpus) {
+  for (const g of leafDevices(gpus)) {
     if (g.state !== 'ok') {
       continue;
     }
@@ -104,10 +130,38 @@ export type SeriesField =
   | 'pcie_rx_bytes_per_second'
   | 'pcie_tx_bytes_per_second';
 
-/** A GPU as the replies name it: NVML's index, and its UUID unless NVML could not read it. */
+/**
+ * A GPU as the replies name it: NVML's index, and its UUID unless NVML could
+ * not read it; a MIG device also where it sits (`mig`; absent from older servers).
+ */
 export interface IGpuRef {
   index: number;
   uuid: string | null;
+  mig?: MigDevice | null;
+}
+
+/**
+ * How every view names a device: "GPU 0" (nvidia-smi's number), or for a MIG
+ * device its GPU and profile, "GPU 0 · MIG 1g.18gb".
+ */
+export function deviceLabel(d: {
+  index: number;
+  mig?: MigDevice | null;
+}): string {
+  if (!d.mig) {
+    return `GPU ${d.index}`;
+  }
+  const what = d.mig.profile ?? `GI ${d.mig.gpu_instance_id ?? '?'}`;
+  return `GPU ${d.mig.parent_index} · MIG ${what}`;
+}
+
+/** The label of the device a kernels-reply row names (by UUID, else index) among `gpus`. */
+export function rowLabel(
+  gpus: IGpuRef[],
+  row: { gpu_index: number; uuid: string | null }
+): string {
+  const ref = { index: row.gpu_index, uuid: row.uuid };
+  return deviceLabel(gpus.find(g => sameGpu(g, ref)) ?? ref);
 }
 
 /** The same GPU: by UUID, or by index where a UUID is missing. */
@@ -194,18 +248,18 @@ export function deviceFor(devices: Device[], g: IGpuRef): Device | undefined {
 }
 
 /**
- * The NVML index of the GPU with this UUID. PyTorch reports UUIDs without
- * NVML's `GPU-` prefix, so both spellings match.
+ * The GPU or MIG device with this UUID. PyTorch reports UUIDs without NVML's
+ * prefix (`GPU-`, a MIG device's `MIG-`), and the kernel writes `GPU-` before
+ * either, so every spelling matches.
  */
-export function gpuIndexForUuid(
-  gpus: IGpuRef[],
+export function gpuForUuid<T extends IGpuRef>(
+  gpus: T[],
   uuid: string | null | undefined
-): number | null {
+): T | null {
   if (!uuid) {
     return null;
   }
-  const bare = (u: string) => u.replace(/^GPU-/i, '').toLowerCase();
+  const bare = (u: string) => u.replace(/^(GPU|MIG)-/i, '').toLowerCase();
   const want = bare(uuid);
-  const found = gpus.find(g => g.uuid !== null && bare(g.uuid) === want);
-  return found ? found.index : null;
+  return gpus.find(g => g.uuid !== null && bare(g.uuid) === want) ?? null;
 }

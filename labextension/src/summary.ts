@@ -8,6 +8,7 @@ import {
   formatPercent,
   MemoryUnits
 } from './format';
+import { deviceLabel } from './shape';
 import type { GpuSample } from './types';
 
 export interface ISummarySource {
@@ -46,14 +47,15 @@ export function statusText(m: ISummarySource): { text: string; title: string } {
     m.settings.memoryUnits
   );
   const sim = m.simulated ? ' (simulated)' : '';
+  const label = deviceLabel(g);
   const idle =
     m.idleHeld > 0 ? formatBytes(m.idleHeld, m.settings.memoryUnits) : null;
   return {
     text:
-      `GPU ${g.index}: ${util} · ${mem}${m.simulated ? ' · sim' : ''}` +
+      `${label}: ${util} · ${mem}${m.simulated ? ' · sim' : ''}` +
       (idle ? ` · idle ${idle}` : ''),
     title:
-      `Busiest GPU${sim}: GPU ${g.index}, utilisation ${util}, memory ${mem}.` +
+      `Busiest GPU${sim}: ${label}, utilisation ${util}, memory ${mem}.` +
       (idle
         ? ` Idle kernels hold ${idle} of GPU memory: free it in the GPU panel.`
         : '') +

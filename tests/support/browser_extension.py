@@ -18,7 +18,8 @@ from tornado import web
 
 
 class AttachHandler(APIHandler):
-    """POST {"kernel_id", "gpu_index", "bytes"}: the kernel's process now holds that much memory."""
+    """POST {"kernel_id", "gpu_index", "bytes"}: the kernel's process now holds that much memory
+    (with "mig_index", on that MIG device of the GPU)."""
 
     @web.authenticated
     def post(self) -> None:
@@ -26,9 +27,10 @@ class AttachHandler(APIHandler):
         nvml = _simulated_nvml(self)
         kernel = self.kernel_manager.get_kernel(body["kernel_id"])
         pid = kernel.provisioner.pid
-        nvml.readings["devices"][int(body["gpu_index"])]["compute_processes"].append(
-            {"pid": pid, "used_gpu_memory": int(body["bytes"])}
-        )
+        device = nvml.readings["devices"][int(body["gpu_index"])]
+        if "mig_index" in body:
+            device = device["mig_devices"][int(body["mig_index"])]
+        device["compute_processes"].append({"pid": pid, "used_gpu_memory": int(body["bytes"])})
         self.finish(json.dumps({"pid": pid}))
 
 

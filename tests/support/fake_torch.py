@@ -64,6 +64,7 @@ class FakeCuda:
         self.segments = fixture_segments()
         self.snapshot_error: Exception | None = None
         self.free = {0: TOTAL - 3_222_077_440, 1: TOTAL - 3_407_872}
+        self.uuids = [UUID0, UUID1]  # a test may give a device another's, e.g. a MIG slice's
         if include_traces:
             self.memory_snapshot = self._memory_snapshot
         else:
@@ -100,7 +101,7 @@ class FakeCuda:
 
     def get_device_properties(self, device: int) -> types.SimpleNamespace:
         self.calls["get_device_properties"] += 1
-        return types.SimpleNamespace(uuid=(UUID0, UUID1)[device], name="NVIDIA H200", total_memory=TOTAL)
+        return types.SimpleNamespace(uuid=self.uuids[device], name="NVIDIA H200", total_memory=TOTAL)
 
     def mem_get_info(self, device: int = 0) -> tuple[int, int]:
         self.calls["mem_get_info"] += 1

@@ -34,6 +34,7 @@ export function gpuSample(index: number): GpuSample {
   return {
     index,
     uuid: `GPU-${index}`,
+    mig: null,
     state: 'ok',
     error: null,
     memory_used_bytes: 1024 ** 3,
@@ -137,6 +138,7 @@ export class FakeServer {
         memory_total_bytes: g.memory_total_bytes ?? null,
         power_limit_watts: 700,
         mig_mode: null,
+        mig: g.mig,
         unsupported: {}
       }))
     };

@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import {
   allocatorMissing,
   busiestGpu,
-  gpuIndexForUuid,
+  gpuForUuid,
   holders,
   kernelLabel,
   memoryFraction,
@@ -21,6 +21,7 @@ function gpu(index: number, over: Partial<GpuSample> = {}): GpuSample {
   return {
     index,
     uuid: `GPU-${index}`,
+    mig: null,
     state: 'ok',
     error: null,
     utilization_gpu_percent: 0,
@@ -155,7 +156,8 @@ describe('who holds GPU memory', () => {
             uuid: 'GPU-1',
             used_memory_bytes: GiB,
             user: null,
-            command: null
+            command: null,
+            reason: null
           },
           {
             pid: 8,
@@ -163,7 +165,8 @@ describe('who holds GPU memory', () => {
             uuid: 'GPU-0',
             used_memory_bytes: 2 * GiB,
             user: 'x',
-            command: 'python'
+            command: 'python',
+            reason: null
           }
         ],
         hidden_processes: 3
@@ -295,15 +298,15 @@ describe('status-bar summary', () => {
   });
 });
 
-describe('gpuIndexForUuid', () => {
+describe('gpuForUuid', () => {
   it("matches NVML's GPU- prefixed UUIDs to PyTorch's bare ones", () => {
     const gpus = [
       gpu(0, { uuid: 'GPU-2da622ba' }),
       gpu(1, { uuid: 'GPU-D57917B3' })
     ];
-    assert.equal(gpuIndexForUuid(gpus, '2da622ba'), 0);
-    assert.equal(gpuIndexForUuid(gpus, 'GPU-d57917b3'), 1);
-    assert.equal(gpuIndexForUuid(gpus, 'ffff'), null);
-    assert.equal(gpuIndexForUuid(gpus, null), null);
+    assert.equal(gpuForUuid(gpus, '2da622ba')?.index, 0);
+    assert.equal(gpuForUuid(gpus, 'GPU-d57917b3')?.index, 1);
+    assert.equal(gpuForUuid(gpus, 'ffff'), null);
+    assert.equal(gpuForUuid(gpus, null), null);
   });
 });
