@@ -12,8 +12,9 @@ import time
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from support.cli import ENV
-from support.jupyter_api import get, start_notebook_kernel
+from support.jupyter_api import get, start_extensions, start_notebook_kernel
 from support.kernel_client import run_cell
+from support.simulated_gpu import hold
 from support.waiting import wait_for
 from tornado.httpclient import HTTPClientError
 
@@ -26,13 +27,6 @@ GIB = 1024**3
 def gpu_monitor_config(gpu_monitor_config) -> dict:
     """Thresholds of seconds, so that kernels go idle within a test."""
     return {**gpu_monitor_config, "idle_after": 2.0, "idle_min_memory": GIB}
-
-
-def hold(gpu_monitor, kernel_id: str, gpu_index: int, nbytes: int) -> None:
-    """The kernel's process now holds ``nbytes`` on a simulated GPU."""
-    pid = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
-    processes = gpu_monitor.simulated_nvml.readings["devices"][gpu_index]["compute_processes"]
-    processes.append({"pid": pid, "used_gpu_memory": nbytes})
 
 
 async def kernel_entry(jp_fetch, kernel_id: str) -> dict:
@@ -260,12 +254,6 @@ class TestReadOnlyUser:
 
 
 # -- the culler -------------------------------------------------------------------------------
-
-
-async def start_extensions(gpu_monitor) -> None:
-    """What `jupyter server` does once its event loop runs (pytest-jupyter leaves it out):
-    the extension's periodic tasks, the culler's among them, start."""
-    await gpu_monitor.serverapp.extension_manager.start_all_extensions()
 
 
 class TestCuller:

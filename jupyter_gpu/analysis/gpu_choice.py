@@ -47,13 +47,16 @@ def choose(
     count: int = 1,
     memory: int = 0,
     promised: Mapping[str, int] | None = None,
+    waiting: Mapping[str, int] | None = None,
 ) -> list[Candidate]:
-    """``count`` devices with at least ``memory`` bytes free, most free first (ties: lowest index);
-    ``promised``: bytes per UUID already given to jobs that have not allocated them yet."""
-    promised = promised or {}
+    """``count`` devices with at least ``memory`` bytes free (any, for 0), most free first;
+    ``promised``: bytes per UUID already given to jobs that have not allocated them yet;
+    ``waiting``: how many such jobs per UUID. Ties go to fewer waiting jobs, then the lowest index."""
+    promised, waiting = promised or {}, waiting or {}
+    devices = list(devices)
     free = {d.uuid: d.free_bytes - promised.get(d.uuid, 0) for d in devices}
-    ranked = sorted(devices, key=lambda d: (-free[d.uuid], d.index))
-    fitting = [d for d in ranked if free[d.uuid] >= memory]
+    ranked = sorted(devices, key=lambda d: (-free[d.uuid], waiting.get(d.uuid, 0), d.index))
+    fitting = [d for d in ranked if memory <= 0 or free[d.uuid] >= memory]
     if len(fitting) < count:
         closest = (
             ", ".join(f"GPU {d.index} ({format_bytes(max(free[d.uuid], 0))} free)" for d in ranked[:count])

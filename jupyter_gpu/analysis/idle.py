@@ -11,7 +11,7 @@ with open connections (a notebook tab) only when told to.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 CullAction = Literal["keep", "warn", "cull"]
 # jupyter_server reports 'starting' until a client talks to the kernel: a kernel nobody has
@@ -65,3 +65,16 @@ def cull_action(remaining: float | None, warn_before: float, already_warned: boo
     if warn_before > 0 and remaining <= warn_before and not already_warned:
         return "warn"
     return "keep"
+
+
+def server_idle_seconds(kernels: list[dict[str, Any]] | None, quiet_for: float) -> float | None:
+    """How long a user server has been idle, for the Hub's culler: the shortest idle time among
+    its kernels (as its jupyter_gpu reports them), or ``quiet_for`` (how long the culler has seen
+    it with no kernel, or not answering) when it has none; None while any kernel is busy or its
+    idle time is not known. Open tabs do not count: a forgotten one polls for ever."""
+    if not kernels:
+        return quiet_for
+    times = [k.get("idle_seconds") for k in kernels]
+    if any(t is None for t in times):
+        return None
+    return min(float(t) for t in times if t is not None)

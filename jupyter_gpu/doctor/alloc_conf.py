@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ..analysis.alloc_conf import split_options
 from .check import Check, Status, cuda_build
 from .facts import Facts
 
@@ -45,19 +46,6 @@ ALLOC_CONF_FIX = (
 )
 
 
-def _split_options(text: str) -> list[str]:
-    """Split on commas outside brackets: ``roundup_power2_divisions:[256:1,>:4]`` is one option."""
-    items, depth, current = [], 0, ""
-    for char in text:
-        depth += {"[": 1, "]": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    return [i.strip() for i in items + [current] if i.strip()]
-
-
 def _power_of_two(text: str) -> bool:
     return text.isdigit() and int(text) > 0 and int(text) & (int(text) - 1) == 0
 
@@ -67,7 +55,7 @@ def parse_alloc_conf(text: str) -> tuple[dict[str, str], list[str], list[str]]:
     options: dict[str, str] = {}
     errors: list[str] = []
     doubts: list[str] = []
-    for item in _split_options(text):
+    for item in split_options(text):
         key, sep, value = (part.strip() for part in item.partition(":"))
         if not sep or not value:
             errors.append(f"'{key}' has no value (write key:value)")

@@ -26,6 +26,7 @@ from tornado import web
 from ..client import server_at
 from .fleet import Hub, node_gpus
 from .handlers import Builder, KernelsHandler, PageHandler, ShutdownKernelHandler, StopServerHandler
+from .server_culler import ServerCuller
 
 HERE = Path(__file__).parent
 # Under the page's 2 s: every server is asked at once, so this is the page's worst wait.
@@ -33,9 +34,14 @@ DEFAULT_TIMEOUT = 1.5
 
 
 def make_app(
-    hub: Hub, prefix: str, *, cookie_secret: bytes, node: Sequence[dict[str, Any]]
+    hub: Hub,
+    prefix: str,
+    *,
+    cookie_secret: bytes,
+    node: Sequence[dict[str, Any]],
+    culler: ServerCuller | None = None,
 ) -> web.Application:
-    builder = Builder(hub, node)
+    builder = Builder(hub, node, culler)
     kwargs = {"hub": hub, "builder": builder}
     return web.Application(
         [
@@ -71,7 +77,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=DEFAULT_TIMEOUT,
         help=f"seconds to wait for each user server (default {DEFAULT_TIMEOUT})",
     )
+    parser.add_argument(
+        "--cull-idle-servers",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop a user server whose kernels have all been idle this long (or that has had none, "
+        "or not answered, this long), whatever tabs are open; never one with a busy kernel (0: off)",
+    )
+    parser.add_argument(
+        "--cull-warn-before",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="log a warning, and show it on the page, this long before a server is stopped (default 60)",
+    )
     args = parser.parse_args(argv)
+    if args.cull_idle_servers < 0 or args.cull_warn_before < 0:
+        parser.error("--cull-idle-servers and --cull-warn-before take seconds, 0 or more")
     if not args.proxy_url:
         parser.error("--proxy-url is needed: the Hub does not tell services where its proxy listens")
     if not args.timeout > 0:
@@ -102,7 +125,12 @@ async def serve(argv: list[str]) -> None:
     # The node's GPUs do not change while it runs: read once, what students' claims are held to.
     node = await asyncio.to_thread(node_gpus)
     # OAuth state cookies are signed; the secret is per process (a restart logs people in again).
-    app = make_app(hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32), node=node)
+    culler = (
+        ServerCuller(hub, args.cull_idle_servers, args.cull_warn_before) if args.cull_idle_servers else None
+    )
+    app = make_app(
+        hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32), node=node, culler=culler
+    )
     listen = urllib.parse.urlsplit(env["JUPYTERHUB_SERVICE_URL"])
     app.listen(listen.port or 80, listen.hostname or "127.0.0.1", xheaders=True)
     logging.getLogger("jupyter_gpu.hub").info(
@@ -111,6 +139,8 @@ async def serve(argv: list[str]) -> None:
         env["JUPYTERHUB_SERVICE_PREFIX"],
         args.proxy_url,
     )
+    if culler is not None:
+        await culler.run()
     await asyncio.Event().wait()
 
 

@@ -22,6 +22,7 @@ from tornado import web
 
 from . import view
 from .fleet import Hub, HubError, log
+from .server_culler import ServerCuller
 
 # Kernel ids are UUIDs; JupyterHub user and server names are short printable names.
 KERNEL_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -136,9 +137,12 @@ class Builder:
     open pages refreshing cost the user servers one round of requests, not ten. ``node`` is the
     Hub node's own reading of its GPUs (``fleet.node_gpus``), what servers' claims are held to."""
 
-    def __init__(self, hub: Hub, node: Sequence[dict[str, Any]] = ()) -> None:
+    def __init__(
+        self, hub: Hub, node: Sequence[dict[str, Any]] = (), culler: ServerCuller | None = None
+    ) -> None:
         self.hub = hub
         self.node = node
+        self.culler = culler
         self._running: asyncio.Future[dict[str, Any]] | None = None
 
     async def build(self) -> dict[str, Any]:
@@ -152,4 +156,7 @@ class Builder:
             readings = await self.hub.read_all()
         except HubError as error:
             raise web.HTTPError(502, str(error)) from None
-        return view.build(readings, now=time.time(), timeout=self.hub.timeout, node=self.node)
+        built = view.build(readings, now=time.time(), timeout=self.hub.timeout, node=self.node)
+        # the idle-server culler's last warnings and stops, newest first; [] when it is off
+        built["culled"] = list(reversed(self.culler.notes)) if self.culler is not None else []
+        return built

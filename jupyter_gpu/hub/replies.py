@@ -95,6 +95,21 @@ def _kernel(k: Any, where: str) -> dict[str, Any]:
         _need(k.get(field) is None or is_number(k[field], 0), f"{where}: `{field}` is not a number")
     holding = k.get("idle_holding")
     _need(holding is None or isinstance(holding, bool), f"{where}: `idle_holding` is not true or false")
+    limit = k.get("memory_limit_bytes")
+    _need(
+        limit is None or is_int(limit, 1, MAX_COUNT),
+        f"{where}: `memory_limit_bytes` is not a number of bytes",
+    )
+    assigned = k.get("assigned_gpus")
+    _need(
+        assigned is None
+        or (
+            isinstance(assigned, list)
+            and len(assigned) <= MAX_GPUS
+            and all(isinstance(u, str) for u in assigned)
+        ),
+        f"{where}: `assigned_gpus` is not a list of GPU UUIDs",
+    )
     return {
         "id": _text(k["id"], "id"),
         "name": _text(k.get("name"), "name"),
@@ -114,6 +129,8 @@ def _kernel(k: Any, where: str) -> dict[str, Any]:
         "idle_seconds": k.get("idle_seconds"),
         "last_activity": k.get("last_activity"),
         "idle_holding": holding,
+        "memory_limit_bytes": limit,  # the server's quota per kernel, where it sets one
+        "assigned_gpus": None if assigned is None else [_text(u, "assigned_gpus") for u in assigned],
     }
 
 

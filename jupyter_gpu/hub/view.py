@@ -104,6 +104,8 @@ def kernel_row(server: UserServer, kernel: dict[str, Any], *, confirmed: bool) -
     allocated = sum(d["allocated_bytes"] for d in devices) if devices else None
     reserved = sum(d["reserved_bytes"] for d in devices) if devices else None
     idle = kernel.get("idle_seconds")
+    limit = kernel.get("memory_limit_bytes")
+    over = limit is not None and any(row["used_memory_bytes"] > limit for row in kernel["gpu_memory"])
     return {
         "user": server.user,
         "server": server.name,
@@ -119,7 +121,11 @@ def kernel_row(server: UserServer, kernel: dict[str, Any], *, confirmed: bool) -
         "idle_seconds": idle,
         "idle_holding": kernel.get("idle_holding"),
         "last_activity": kernel.get("last_activity"),
+        "memory_limit_bytes": limit,
+        "over_limit": over,
+        "assigned_gpus": kernel.get("assigned_gpus"),
         "text": {
+            "limit": DASH if limit is None else format_bytes(limit) + (" (over)" if over else ""),
             "memory": format_bytes(memory),
             "allocated": DASH if allocated is None else format_bytes(allocated),
             "reserved": DASH if reserved is None else format_bytes(reserved),

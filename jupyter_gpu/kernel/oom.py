@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..analysis.alloc_conf import LIMIT_ENV, SOURCE_ENV
 from ..analysis.cells import cell_label, holders_now, is_torch_oom
 from ..analysis.fragmentation import advise, expandable_segments_configured
 from ..analysis.oom_message import parse_oom_message
@@ -40,10 +41,7 @@ def explain(error: BaseException, cells: Sequence[dict[str, Any]] = ()) -> str |
             asked += f"; the GPU had {format_bytes(message.free_bytes)} free of {format_bytes(message.total_bytes)}"
         lines.append(f"  {asked}.")
     if message.allowed_bytes is not None:
-        lines.append(
-            f"  This process may use only {format_bytes(message.allowed_bytes)} "
-            "(torch.cuda.set_per_process_memory_fraction), whatever the GPU has free."
-        )
+        lines.append(_allowed(message.allowed_bytes, message.process_bytes))
     torch = torch_in_use()
     if torch is None:
         return "\n".join(lines)
@@ -84,6 +82,23 @@ def explain(error: BaseException, cells: Sequence[dict[str, Any]] = ()) -> str |
     )
     lines += [f"  - {a.message}" for a in advice if a.kind != "empty_cache"]
     return "\n".join(lines)
+
+
+def _allowed(allowed: int, in_use: int | None) -> str:
+    """What capped the process: this server's quota when it set one, else the process itself."""
+    quota = os.environ.get(LIMIT_ENV, "")
+    if not quota.isdigit():
+        return (
+            f"  This process may use only {format_bytes(allowed)} "
+            "(torch.cuda.set_per_process_memory_fraction), whatever the GPU has free."
+        )
+    uses = f"; this kernel uses {format_bytes(in_use)} of it" if in_use is not None else ""
+    source = os.environ.get(SOURCE_ENV) or "the Jupyter server"
+    return (
+        f"  That is the quota of this server's kernels: {format_bytes(int(quota))} each on a GPU, "
+        f"set by {source} ({format_bytes(allowed)} as PyTorch counts it){uses}. Free memory in this "
+        "kernel (del, torch.cuda.empty_cache()), or ask whoever runs the server for more."
+    )
 
 
 def register(ipython: Any) -> Callable[[], None]:

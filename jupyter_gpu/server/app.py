@@ -7,22 +7,30 @@ Configure with ``c.GPUMonitor.<trait>`` in ``jupyter_server_config.py`` or
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pynvml
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Enum, Float, Int, Unicode, default
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
+from ..analysis.alloc_conf import LIMIT_ENV
 from ..analysis.idle import CullPolicy
 from ..nvml import NvmlReader
+from ..nvml.reader import GpuLost, NvmlUnavailable
 from ..nvml.xid_events import XidWatcher
-from . import metrics
+from . import kernel_env, metrics
 from .culler import Culler
 from .exits import ExitLog
+from .gpu_assignment import GpuAssigner, parse_assign
 from .handlers import route_table
+from .kernel_env import Quota
 from .kernels import KernelView, notebook_paths
 from .owners import OwnerMemo
+from .quota_watch import QuotaWatch
 from .sampler import Sampler
 
 
@@ -112,6 +120,71 @@ class GPUMonitor(ExtensionApp):
     cull_interval = Float(
         60.0, min=0.1, config=True, help="Seconds between the culler's checks of the kernels."
     )
+    kernel_memory_limit = Int(
+        0,
+        min=0,
+        config=True,
+        help="Bytes of GPU memory each kernel this server starts may hold through PyTorch (on every "
+        "GPU), as the allocator's per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF; 0 (the "
+        f"default) for none. Defaults to ${LIMIT_ENV}, which a Hub's spawner may set per user.",
+    )
+
+    assign_gpus = Unicode(
+        "none",
+        config=True,
+        help="GPUs for each new kernel: 'none' (the default: every kernel sees every GPU), "
+        "'least_used' (CUDA_VISIBLE_DEVICES set, by UUID, to the GPU or MIG device with the most "
+        "free memory, counting kernels already sent there and still starting) or 'least_used:N' (N of them).",
+    )
+
+    @validate("assign_gpus")
+    def _check_assign(self, proposal: Any) -> str:
+        try:
+            parse_assign(proposal.value)
+        except ValueError as error:
+            raise TraitError(f"c.GPUMonitor.assign_gpus: {error}") from None
+        return proposal.value
+
+    def _devices_now(self) -> list[dict[str, Any]] | None:
+        """Each device's static facts with its latest sample (free memory), for the assigner;
+        None while the sampler has not read NVML yet."""
+        status, latest = self.sampler.status, self.sampler.latest()
+        if status.state == "starting" or (status.available and latest is None):
+            return None
+        if latest is None:
+            return []
+        static = {d["index"]: d for d in status.devices}
+        return [{**static.get(g["index"], {}), **g} for g in latest.gpus]
+
+    mps_memory_limit = Bool(
+        False,
+        config=True,
+        help="Also give each kernel the quota as NVIDIA MPS's hard limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT): "
+        "where an MPS control daemon runs, an allocation over it fails whatever library makes it.",
+    )
+    over_limit_grace = Float(
+        30.0,
+        min=0.0,
+        config=True,
+        help="Seconds a kernel's process tree may hold more GPU memory than kernel_memory_limit (as NVML "
+        "counts it: memory PyTorch does not govern, child processes) before over_limit_action.",
+    )
+    over_limit_action = Enum(
+        ["warn", "interrupt", "restart", "shutdown"],
+        "warn",
+        config=True,
+        help="What a kernel over its quota for over_limit_grace seconds gets: a notification ('warn'), "
+        "or also an interrupt, a restart or a shutdown (through jupyter_server's kernel manager).",
+    )
+
+    @default("kernel_memory_limit")
+    def _limit_from_environment(self) -> int:
+        text = os.environ.get(LIMIT_ENV, "").strip()
+        if not text:
+            return 0
+        if not text.isdigit():
+            raise TraitError(f"{LIMIT_ENV}={text!r} in the server's environment is not a number of bytes")
+        return int(text)
 
     @default("simulated_readings")
     def _default_readings(self) -> str:
@@ -135,9 +208,46 @@ class GPUMonitor(ExtensionApp):
             return lambda: NvmlReader(self.simulated_nvml)
         return NvmlReader
 
+    def _kernel_environment(self, reader_factory: Callable[[], NvmlReader]) -> tuple[Quota | None, int]:
+        """The kernels' memory quota and GPUs per kernel, checked against the GPUs at start: a
+        limit no GPU has, or more GPUs than there are, is a configuration error, never a silent
+        default."""
+        limit, per_kernel = self.kernel_memory_limit, parse_assign(self.assign_gpus)
+        if not limit and not per_kernel:
+            return None, 0
+        configured = "kernel_memory_limit" in self.config.get("GPUMonitor", {})
+        source = (
+            "c.GPUMonitor.kernel_memory_limit" if configured else f"{LIMIT_ENV} (the server's environment)"
+        )
+        reader = reader_factory()
+        try:
+            reader.open()
+            devices = [info for info, _ in reader.devices()]
+        except (NvmlUnavailable, GpuLost) as error:
+            self.log.warning("jupyter_gpu: no GPU can be read, so no quota or GPU assignment: %s", error)
+            return None, 0
+        finally:
+            reader.close()
+        totals = tuple(d.get("memory_total_bytes") or 0 for d in devices if d.get("mig") is None)
+        if limit > max(totals):
+            raise TraitError(
+                f"{source} = {limit} bytes is more than the largest GPU's memory ({max(totals)} bytes)"
+            )
+        assignable = [
+            d for d in devices if d.get("mig") is not None or not (d.get("mig_mode") or {}).get("current")
+        ]
+        if per_kernel > len(assignable):
+            raise TraitError(
+                f"c.GPUMonitor.assign_gpus = {self.assign_gpus!r} asks for more GPUs per kernel than "
+                f"this machine has ({len(assignable)})"
+            )
+        return (Quota(limit, source, totals, self.mps_memory_limit) if limit else None), per_kernel
+
     def initialize_settings(self) -> None:
+        reader_factory = self._reader_factory()
+        self.quota, per_kernel = self._kernel_environment(reader_factory)
         self.sampler = Sampler(
-            self._reader_factory(),
+            reader_factory,
             interval=self.interval,
             slow_interval=self.slow_interval,
             history_seconds=self.history_seconds,
@@ -154,6 +264,34 @@ class GPUMonitor(ExtensionApp):
             idle_after=self.idle_after,
             idle_min_memory=self.idle_min_memory,
             cull_policy=self.cull_policy,
+            memory_limit=self.quota.limit_bytes if self.quota else None,
+        )
+        self.assigner = (
+            GpuAssigner(
+                per_kernel,
+                self._devices_now,
+                self.kernels.holding,
+                self.log,
+                self.quota.limit_bytes if self.quota else None,
+            )
+            if per_kernel
+            else None
+        )
+        if self.assigner is not None:
+            self.kernels.assignments = self.assigner.assigned
+        if self.quota is not None or self.assigner is not None:
+            kernel_env.install(self.serverapp.kernel_manager, self.quota, self.assigner)
+        self.quota_watch = (
+            QuotaWatch(
+                self.serverapp.kernel_manager,
+                self.serverapp.event_logger,
+                self.quota.limit_bytes,
+                self.over_limit_grace,
+                self.over_limit_action,
+                self.log,
+            )
+            if self.quota
+            else None
         )
         self.culler = (
             Culler(
@@ -197,7 +335,9 @@ class GPUMonitor(ExtensionApp):
     async def _refresh_kernels(self) -> None:
         try:
             view = await self.kernels.refresh()
-            await self.exits.update(view["kernels"])
+            if self.quota_watch is not None:
+                await self.quota_watch.check(view["kernels"])
+            await self.exits.update(view["kernels"], self.sampler.status.devices)
         except Exception:  # never let a periodic task die silently or spam tracebacks
             self.log.warning("jupyter_gpu: kernel attribution failed", exc_info=True)
 

@@ -93,8 +93,11 @@ class KernelView:
         idle_after: float = 900.0,
         idle_min_memory: int = 1024**3,
         cull_policy: CullPolicy | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         self.sampler = sampler
+        self.memory_limit = memory_limit  # the quota every kernel of this server starts with
+        self.assignments: dict[str, list[str]] | None = None  # the GPU assigner's, when it runs
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
         self.show_all_users = show_all_users
@@ -164,7 +167,13 @@ class KernelView:
         )
         now = time.time()
         kernels: list[Kernel] = [
-            {**kernel, **stats[kernel["id"]].api_fields(), **self.idle_fields(kernel, now)}
+            {
+                **kernel,
+                **stats[kernel["id"]].api_fields(),
+                **self.idle_fields(kernel, now),
+                "memory_limit_bytes": self.memory_limit,
+                "assigned_gpus": None if self.assignments is None else self.assignments.get(kernel["id"]),
+            }
             for kernel in view["kernels"]
         ]
         payload: KernelsReply = {
@@ -178,6 +187,16 @@ class KernelView:
         }
         self.last = payload
         return payload
+
+    def holding(self) -> dict[str, dict[str, int]]:
+        """Kernel id -> {GPU UUID: bytes} it held at the last refresh."""
+        last = self.last
+        if last is None:
+            return {}
+        return {
+            k["id"]: {row["uuid"]: row["used_memory_bytes"] for row in k["gpu_memory"] if row["uuid"]}
+            for k in last["kernels"]
+        }
 
     def idle_fields(self, kernel: AttributedKernel, now: float) -> IdleFields:
         """How long the kernel has sat idle, on how much GPU memory, and when the culler acts."""

@@ -14,9 +14,11 @@ import { INotebookLinks } from './notebooks';
 import { Prose } from './prose';
 import {
   allocatorMissing,
-  gpuIndexForUuid,
+  deviceLabel,
+  gpuForUuid,
   kernelLabel,
-  kernelMemory
+  kernelMemory,
+  rowLabel
 } from './shape';
 import type { AllocatorFigures, GpuSample, Kernel } from './types';
 
@@ -75,12 +77,40 @@ export function KernelRow(props: {
         act={props.act}
       />
       <div className="jp-gpu-holder-detail">
-        {k.gpu_memory.map(g => (
-          <span key={g.gpu_index} className="jp-gpu-chip">
-            GPU {g.gpu_index}: {formatBytes(g.used_memory_bytes, props.units)}
-          </span>
-        ))}
+        {k.gpu_memory.map(g => {
+          const limit = k.memory_limit_bytes;
+          const over = limit !== null && g.used_memory_bytes > limit;
+          return (
+            <span
+              key={g.gpu_index}
+              className={`jp-gpu-chip${over ? ' jp-gpu-warn' : ''}`}
+              data-field="kernel-gpu-memory"
+              title={
+                limit === null
+                  ? undefined
+                  : `This server's quota: each kernel may hold ${formatBytes(limit, props.units)} per GPU through PyTorch${over ? '; this kernel holds more (memory PyTorch does not govern, or child processes)' : ''}.`
+              }
+            >
+              {rowLabel(props.gpuList, g)}:{' '}
+              {formatBytes(g.used_memory_bytes, props.units)}
+              {limit !== null && ` of ${formatBytes(limit, props.units)} quota`}
+            </span>
+          );
+        })}
         {k.pid !== null && <span className="jp-gpu-chip">pid {k.pid}</span>}
+        {(k.assigned_gpus ?? []).map(uuid => {
+          const gpu = gpuForUuid(props.gpuList, uuid);
+          return (
+            <span
+              key={`assigned-${uuid}`}
+              className="jp-gpu-chip"
+              data-field="assigned-gpu"
+              title={`The server gave this kernel CUDA_VISIBLE_DEVICES=${uuid} when it started (the GPU with the most free memory then).`}
+            >
+              assigned {gpu ? deviceLabel(gpu) : uuid}
+            </span>
+          );
+        })}
         <button
           className="jp-gpu-timeline-toggle"
           aria-expanded={open}
@@ -143,13 +173,13 @@ function Allocator(props: {
       title="PyTorch's caching allocator in this kernel, as the kernel published it"
     >
       {a.devices.map(d => {
-        const nvml = gpuIndexForUuid(props.gpus, d.uuid);
+        const nvml = gpuForUuid(props.gpus, d.uuid);
         return (
           <div key={d.index} className="jp-gpu-allocator-device">
             <span className="jp-gpu-chip">
               {nvml === null
                 ? `cuda:${d.index}`
-                : `GPU ${nvml} (cuda:${d.index})`}
+                : `${deviceLabel(nvml)} (cuda:${d.index})`}
             </span>{' '}
             allocated {formatBytes(d.allocated_bytes, u)} · cached{' '}
             {formatBytes(d.reserved_bytes, u)} ·{' '}

@@ -62,7 +62,7 @@ export interface Replies {
   exits: ExitsReply;
 }
 /**
- * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the server runs.
+ * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU (and each MIG device) while the server runs.
  */
 export interface DevicesReply {
   /**
@@ -97,12 +97,15 @@ export interface DevicesReply {
   devices: Device[];
 }
 /**
- * One GPU as NVML numbers it (NVML ignores CUDA_VISIBLE_DEVICES). A null field's reason is in `unsupported`.
+ * One GPU as NVML numbers it (NVML ignores CUDA_VISIBLE_DEVICES), or one MIG device of a GPU in MIG mode, listed right after its GPU. A null field's reason is in `unsupported`.
  */
 export interface Device {
+  /**
+   * A GPU's NVML index (nvidia-smi's); MIG devices are numbered after all GPUs, in the order listed.
+   */
   index: number;
   /**
-   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
    */
   uuid: string | null;
   /**
@@ -116,9 +119,13 @@ export interface Device {
    */
   power_limit_watts: number | null;
   /**
-   * Multi-Instance GPU mode; null where MIG is not supported.
+   * Multi-Instance GPU mode; null where MIG is not supported, and on a MIG device.
    */
   mig_mode: MigMode | null;
+  /**
+   * Null for a whole GPU; for a MIG device, where it sits.
+   */
+  mig: MigDevice | null;
   unsupported: Unsupported;
 }
 export interface MigMode {
@@ -127,6 +134,31 @@ export interface MigMode {
    * The mode after the next GPU reset.
    */
   pending: boolean;
+}
+/**
+ * Where a MIG device sits: a Multi-Instance GPU slice, listed as a device of its own (its UUID, memory and processes) after its GPU, as nvitop and dcgm-exporter show them. What belongs to the whole GPU (temperature, power, clocks, PCIe, ...) is null on it, with its reason in `unsupported` ('GPU-wide: see GPU <parent_index>'); its processes are listed on it alone, never also on its GPU.
+ */
+export interface MigDevice {
+  /**
+   * NVML's index of the GPU it is part of.
+   */
+  parent_index: number;
+  /**
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
+   */
+  parent_uuid: string | null;
+  /**
+   * NVML's GPU instance id (nvidia-smi's GI, dcgm-exporter's GPU_I_ID); null if NVML could not read it.
+   */
+  gpu_instance_id: number | null;
+  /**
+   * NVML's compute instance id within the GPU instance (nvidia-smi's CI); null if NVML could not read it.
+   */
+  compute_instance_id: number | null;
+  /**
+   * The MIG profile, e.g. '1g.18gb' (dcgm-exporter's GPU_I_PROFILE); null when its name has none.
+   */
+  profile: string | null;
 }
 /**
  * Reading name → why it is null (not supported by this GPU or driver, or the read failed), for people.
@@ -205,17 +237,21 @@ export interface Sample {
   gpus: GpuSample[];
 }
 /**
- * One GPU in one sample. A GPU in state 'ok' has every reading (null with its reason in `unsupported` when it could not be read); a lost GPU has none.
+ * One GPU (or MIG device) in one sample. A GPU in state 'ok' has every reading (null with its reason in `unsupported` when it could not be read); a lost GPU has none.
  */
 export interface GpuSample {
   /**
-   * NVML's index of the GPU.
+   * NVML's index of the GPU; a MIG device's as the devices reply numbers it.
    */
   index: number;
   /**
-   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
    */
   uuid: string | null;
+  /**
+   * Null for a whole GPU; for a MIG device, where it sits (as in the devices reply).
+   */
+  mig: MigDevice | null;
   state: GpuState;
   /**
    * What happened to a lost GPU, for people; null when 'ok'.
@@ -313,7 +349,7 @@ export interface GpuSample {
    */
   remapped_rows_failed?: boolean | null;
   /**
-   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them.
+   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them, and on a GPU whose MIG devices list them.
    */
   processes?: GpuProcess[] | null;
   unsupported: Unsupported;
@@ -399,6 +435,16 @@ export interface Kernel {
    */
   idle_holding: boolean;
   /**
+   * The GPU memory quota the kernel started with (c.GPUMonitor.kernel_memory_limit, or JUPYTER_GPU_KERNEL_MEMORY_LIMIT), per GPU, as PyTorch's allocator limit; null for none.
+   */
+  memory_limit_bytes: number | null;
+  /**
+   * The UUIDs of the GPUs (or MIG devices) c.GPUMonitor.assign_gpus gave the kernel in its CUDA_VISIBLE_DEVICES; null when it assigned none (assignment off, or the kernel started with CUDA_VISIBLE_DEVICES of its own).
+   *
+   * @maxItems 64
+   */
+  assigned_gpus: string[] | null;
+  /**
    * Seconds until the GPU culler shuts the kernel down if it stays idle; null when it would not (culler off, busy, too little memory, connected and spared).
    */
   cull_in_seconds: number | null;
@@ -427,7 +473,7 @@ export interface Kernel {
 export interface KernelGpuMemory {
   gpu_index: number;
   /**
-   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
    */
   uuid: string | null;
   used_memory_bytes: number;
@@ -513,7 +559,7 @@ export interface UnattributedProcess {
   pid: number;
   gpu_index: number;
   /**
-   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
    */
   uuid: string | null;
   /**
@@ -614,7 +660,7 @@ export interface CellGpu {
    */
   index: number;
   /**
-   * NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+   * NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
    */
   uuid: string | null;
   /**

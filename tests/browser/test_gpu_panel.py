@@ -127,7 +127,9 @@ def test_kernel_memory_is_listed_by_notebook_and_opens_it(page, lab):
     assert value(other, "process-memory").inner_text() == "2.99 GiB"
     assert "GPU 0" in other.inner_text()
     # and why: NVML's PID is of no process here, and the kernel has not loaded the extension
-    assert "1 of this server's kernels has not loaded jupyter_gpu" in value(other, "process-reason").inner_text()
+    assert (
+        "1 of this server's kernels has not loaded jupyter_gpu" in value(other, "process-reason").inner_text()
+    )
 
     # allocator figures as the kernel agent publishes them (PyTorch's UUID has no GPU- prefix)
     device = {

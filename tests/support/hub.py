@@ -45,7 +45,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def hub_config(proxy: str, service_port: int, admin_token: str, home: Path) -> str:
+def hub_config(
+    proxy: str, service_port: int, admin_token: str, home: Path, service_args: tuple[str, ...] = ()
+) -> str:
     """jupyterhub_config.py: the README's service and roles, then what only the tests need."""
     singleuser_args = [
         *(["--allow-root"] if os.geteuid() == 0 else []),  # the Hub refuses root servers otherwise
@@ -63,7 +65,7 @@ c.JupyterHub.services = [
     {{
         "name": "jupyter-gpu",
         "url": "http://127.0.0.1:{service_port}",
-        "command": [sys.executable, "-m", "jupyter_gpu.hub", "--proxy-url", "{proxy}"],
+        "command": [sys.executable, "-m", "jupyter_gpu.hub", "--proxy-url", "{proxy}", *{list(service_args)!r}],
         "oauth_no_confirm": True,
     }},
     {{"name": "test-admin", "api_token": {admin_token!r}}},
@@ -102,14 +104,14 @@ c.Spawner.http_timeout = 60
 class RealHub:
     """``jupyterhub`` in a subprocess, in its own directory; ``admin`` calls its API as admin."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, service_args: tuple[str, ...] = ()) -> None:
         need_proxy()
         self.tmp = tmp
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.admin_token = secrets.token_hex(16)
         (tmp / "home").mkdir()
         (tmp / "jupyterhub_config.py").write_text(
-            hub_config(self.url, _free_port(), self.admin_token, tmp / "home")
+            hub_config(self.url, _free_port(), self.admin_token, tmp / "home", service_args)
         )
         self.log_path = tmp / "jupyterhub.log"
         self._log = open(self.log_path, "ab")

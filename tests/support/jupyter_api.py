@@ -81,3 +81,9 @@ async def notebook(jp_fetch: Any, jp_serverapp: Any) -> AsyncIterator[tuple[str,
     async with CellRunner(jp_serverapp.kernel_manager.get_kernel(kernel_id)) as cells:
         assert (await cells.run("%load_ext jupyter_gpu")).status == "ok"
         yield kernel_id, cells
+
+
+async def start_extensions(gpu_monitor: Any) -> None:
+    """What `jupyter server` does once its event loop runs (pytest-jupyter leaves it out):
+    the extension's periodic tasks, the culler's and the quota watch's among them, start."""
+    await gpu_monitor.serverapp.extension_manager.start_all_extensions()

@@ -84,3 +84,10 @@ async def kernel_on_gpu(jp_fetch: Any, gpu_monitor: Any, children: list[int]) ->
     processes.append({"pid": child, "used_gpu_memory": 1 * GIB})
     processes.append({"pid": os.getpid(), "used_gpu_memory": 3 * GIB})  # not a kernel: this test
     return kernel_id, kernel.provisioner.pid, child
+
+
+def hold(gpu_monitor: Any, kernel_id: str, gpu_index: int, nbytes: int) -> None:
+    """The kernel's process now holds ``nbytes`` on a simulated GPU."""
+    pid = gpu_monitor.serverapp.kernel_manager.get_kernel(kernel_id).provisioner.pid
+    processes = gpu_monitor.simulated_nvml.readings["devices"][gpu_index]["compute_processes"]
+    processes.append({"pid": pid, "used_gpu_memory": nbytes})

@@ -70,13 +70,37 @@ class MigMode(TypedDict):
     pending: bool
 
 
-class Device(TypedDict):
-    """One GPU as NVML numbers it (NVML ignores CUDA_VISIBLE_DEVICES). A null field's reason is in
-    `unsupported`.
+class MigDevice(TypedDict):
+    """Where a MIG device sits: a Multi-Instance GPU slice, listed as a device of its own (its UUID,
+    memory and processes) after its GPU, as nvitop and dcgm-exporter show them. What belongs to the
+    whole GPU (temperature, power, clocks, PCIe, ...) is null on it, with its reason in
+    `unsupported` ('GPU-wide: see GPU <parent_index>'); its processes are listed on it alone, never
+    also on its GPU.
     """
 
+    # NVML's index of the GPU it is part of.
+    parent_index: int
+    # NVML's UUID of the GPU it is part of; null if NVML could not read it.
+    parent_uuid: str | None
+    # NVML's GPU instance id (nvidia-smi's GI, dcgm-exporter's GPU_I_ID); null if NVML could not
+    # read it.
+    gpu_instance_id: int | None
+    # NVML's compute instance id within the GPU instance (nvidia-smi's CI); null if NVML could not
+    # read it.
+    compute_instance_id: int | None
+    # The MIG profile, e.g. '1g.18gb' (dcgm-exporter's GPU_I_PROFILE); null when its name has none.
+    profile: str | None
+
+
+class Device(TypedDict):
+    """One GPU as NVML numbers it (NVML ignores CUDA_VISIBLE_DEVICES), or one MIG device of a GPU in
+    MIG mode, listed right after its GPU. A null field's reason is in `unsupported`.
+    """
+
+    # A GPU's NVML index (nvidia-smi's); MIG devices are numbered after all GPUs, in the order
+    # listed.
     index: int
-    # NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+    # NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
     uuid: str | None
     # e.g. 'NVIDIA H200'.
     name: str | None
@@ -84,14 +108,16 @@ class Device(TypedDict):
     memory_total_bytes: int | None
     # The enforced power limit.
     power_limit_watts: float | None
-    # Multi-Instance GPU mode; null where MIG is not supported.
+    # Multi-Instance GPU mode; null where MIG is not supported, and on a MIG device.
     mig_mode: MigMode | None
+    # Null for a whole GPU; for a MIG device, where it sits.
+    mig: MigDevice | None
     unsupported: Unsupported
 
 
 class DevicesReply(TypedDict):
-    """GET {base_url}api/gpu/devices: the driver and what does not change about each GPU while the
-    server runs.
+    """GET {base_url}api/gpu/devices: the driver and what does not change about each GPU (and each MIG
+    device) while the server runs.
     """
 
     version: Version
@@ -133,14 +159,16 @@ class GpuProcess(TypedDict):
 
 
 class GpuSample(TypedDict):
-    """One GPU in one sample. A GPU in state 'ok' has every reading (null with its reason in
-    `unsupported` when it could not be read); a lost GPU has none.
+    """One GPU (or MIG device) in one sample. A GPU in state 'ok' has every reading (null with its
+    reason in `unsupported` when it could not be read); a lost GPU has none.
     """
 
-    # NVML's index of the GPU.
+    # NVML's index of the GPU; a MIG device's as the devices reply numbers it.
     index: int
-    # NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+    # NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
     uuid: str | None
+    # Null for a whole GPU; for a MIG device, where it sits (as in the devices reply).
+    mig: MigDevice | None
     state: GpuState
     # What happened to a lost GPU, for people; null when 'ok'.
     error: str | None
@@ -204,7 +232,7 @@ class GpuSample(TypedDict):
     # A remapping failed: the GPU needs service. Only in `latest`; read on the slower cadence.
     remapped_rows_failed: NotRequired[bool | None]
     # Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list
-    # them.
+    # them, and on a GPU whose MIG devices list them.
     processes: NotRequired[list[GpuProcess] | None]
     unsupported: Unsupported
 
@@ -249,7 +277,7 @@ class TelemetryReply(TypedDict):
 
 class KernelGpuMemory(TypedDict):
     gpu_index: int
-    # NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+    # NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
     uuid: str | None
     used_memory_bytes: int
     pids: list[int]
@@ -325,6 +353,13 @@ class Kernel(TypedDict):
     # Idle at least `idle_after_seconds` while holding at least `idle_min_memory_bytes` of GPU
     # memory.
     idle_holding: bool
+    # The GPU memory quota the kernel started with (c.GPUMonitor.kernel_memory_limit, or
+    # JUPYTER_GPU_KERNEL_MEMORY_LIMIT), per GPU, as PyTorch's allocator limit; null for none.
+    memory_limit_bytes: int | None
+    # The UUIDs of the GPUs (or MIG devices) c.GPUMonitor.assign_gpus gave the kernel in its
+    # CUDA_VISIBLE_DEVICES; null when it assigned none (assignment off, or the kernel started with
+    # CUDA_VISIBLE_DEVICES of its own).
+    assigned_gpus: list[str] | None
     # Seconds until the GPU culler shuts the kernel down if it stays idle; null when it would not
     # (culler off, busy, too little memory, connected and spared).
     cull_in_seconds: float | None
@@ -348,7 +383,7 @@ class UnattributedProcess(TypedDict):
 
     pid: int
     gpu_index: int
-    # NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+    # NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
     uuid: str | None
     # Null when the driver withholds it.
     used_memory_bytes: int | None
@@ -393,7 +428,7 @@ class CellGpu(TypedDict):
 
     # CUDA device index in the kernel.
     index: int
-    # NVML's UUID of the GPU ('GPU-…'); null if NVML could not read it.
+    # NVML's UUID of the GPU ('GPU-…') or MIG device ('MIG-…'); null if NVML could not read it.
     uuid: str | None
     # Allocated in live tensors as the cell ended.
     allocated_bytes: int

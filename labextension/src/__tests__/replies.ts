@@ -18,6 +18,8 @@ export function kernel(over: Partial<Kernel> = {}): Kernel {
     allocator: null,
     allocator_state: 'no_stats',
     allocator_reason: 'no stats file: jupyter_gpu is not loaded in this kernel',
+    memory_limit_bytes: null,
+    assigned_gpus: null,
     ...over
   };
 }
