@@ -5,6 +5,7 @@ two-H200 machine (GPU 0 has 3 GiB in use, GPU 1 almost nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -40,6 +41,23 @@ async def test_four_kernels_started_together_are_spread_over_two_gpus(
     assert [await visible_devices(jp_serverapp, k) for k in kernels] == [GPU1, GPU0, GPU1, GPU0]
     reply = {k["id"]: k for k in (await get(jp_fetch, "kernels"))["kernels"]}
     assert [reply[k]["assigned_gpus"] for k in kernels] == [[GPU1], [GPU0], [GPU1], [GPU0]]
+
+
+async def test_kernels_started_at_the_same_moment_are_spread_too(
+    jp_fetch, jp_serverapp, gpu_monitor, kernel_env
+):
+    """A restored workspace opens every notebook at once: each pick counts before its kernel runs."""
+    kernels = await asyncio.gather(*(start_notebook_kernel(jp_fetch, f"lab/{n}.ipynb") for n in range(4)))
+    placed = [await visible_devices(jp_serverapp, k) for k in kernels]
+    assert sorted(placed) == sorted([GPU0, GPU0, GPU1, GPU1]), placed
+
+
+async def test_a_shut_down_kernel_no_longer_counts(jp_fetch, jp_serverapp, gpu_monitor, kernel_env):
+    first = await start_notebook_kernel(jp_fetch, "first.ipynb")
+    assert await visible_devices(jp_serverapp, first) == GPU1
+    await jp_fetch("api", "kernels", first, method="DELETE")
+    second = await start_notebook_kernel(jp_fetch, "second.ipynb")
+    assert await visible_devices(jp_serverapp, second) == GPU1  # not GPU 0: the first is gone
 
 
 async def test_a_restarted_kernel_keeps_its_gpu(jp_fetch, jp_serverapp, gpu_monitor, kernel_env):

@@ -51,5 +51,6 @@ def with_memory_fraction(text: str | None, fraction: float) -> str:
         except ValueError:
             own = None  # torch would stop at it: the quota's value replaces it
     chosen = fraction if own is None or not 0 < own < fraction else own
-    # rounded down: the written fraction never allows more than the quota
-    return ",".join([*kept, f"{FRACTION}:{math.floor(chosen * 1e6) / 1e6!r}"])
+    # rounded down: the written fraction never allows more than the quota (nor is it 0, which
+    # torch would read as no memory at all)
+    return ",".join([*kept, f"{FRACTION}:{max(1e-6, math.floor(chosen * 1e6) / 1e6)!r}"])

@@ -82,8 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="stop a user server whose kernels have all been idle this long (or that has had none, "
-        "or not answered, this long), whatever tabs are open; never one with a busy kernel (0: off)",
+        help="stop a user server whose kernels have all been idle this long (or that has had none "
+        "this long), whatever tabs are open; never one with a busy kernel or that cannot be read (0: off)",
     )
     parser.add_argument(
         "--cull-warn-before",

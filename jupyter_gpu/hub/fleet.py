@@ -117,11 +117,14 @@ class Hub:
         offset = 0
         while True:
             # Ask for the paginated form: plain lists stop silently at the Hub's page limit.
-            reply = await self.api.send_async(
-                f"users?state=ready&offset={offset}",
-                headers={"Accept": "application/jupyterhub-pagination+json"},
-                timeout=10,
-            )
+            try:
+                reply = await self.api.send_async(
+                    f"users?state=ready&offset={offset}",
+                    headers={"Accept": "application/jupyterhub-pagination+json"},
+                    timeout=10,
+                )
+            except ServerError as error:
+                raise HubError(f"the Hub's API does not answer: {error}") from None
             if reply.status != 200:
                 raise HubError(f"the Hub answered HTTP {reply.status} when asked for its users")
             page = json.loads(reply.body)

@@ -169,6 +169,14 @@ class GPUMonitor(ExtensionApp):
         help="Seconds a kernel's process tree may hold more GPU memory than kernel_memory_limit (as NVML "
         "counts it: memory PyTorch does not govern, child processes) before over_limit_action.",
     )
+    over_limit_headroom = Int(
+        2**30,
+        min=0,
+        config=True,
+        help="Bytes a kernel may hold beyond kernel_memory_limit, as NVML counts it, before the watch "
+        "acts: the CUDA context (~0.5 GiB on an H200) and libraries' workspaces, which PyTorch's "
+        "limit leaves out by design.",
+    )
     over_limit_action = Enum(
         ["warn", "interrupt", "restart", "shutdown"],
         "warn",
@@ -222,7 +230,14 @@ class GPUMonitor(ExtensionApp):
         reader = reader_factory()
         try:
             reader.open()
-            devices = [info for info, _ in reader.devices()]
+            devices = [
+                info
+                for info, _ in reader.devices(
+                    on_lost=lambda index, error: self.log.warning(
+                        "jupyter_gpu: GPU %d left out: %s", index, error
+                    )
+                )
+            ]
         except (NvmlUnavailable, GpuLost) as error:
             self.log.warning("jupyter_gpu: no GPU can be read, so no quota or GPU assignment: %s", error)
             return None, 0
@@ -266,11 +281,13 @@ class GPUMonitor(ExtensionApp):
             cull_policy=self.cull_policy,
             memory_limit=self.quota.limit_bytes if self.quota else None,
         )
+        manager = self.serverapp.kernel_manager
         self.assigner = (
             GpuAssigner(
                 per_kernel,
                 self._devices_now,
                 self.kernels.holding,
+                lambda: set(manager.list_kernel_ids()),
                 self.log,
                 self.quota.limit_bytes if self.quota else None,
             )
@@ -289,6 +306,7 @@ class GPUMonitor(ExtensionApp):
                 self.over_limit_grace,
                 self.over_limit_action,
                 self.log,
+                self.over_limit_headroom,
             )
             if self.quota
             else None

@@ -12,6 +12,7 @@ container given its GPUs), that is the user's word and nothing is assigned.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -43,31 +44,40 @@ class GpuAssigner:
         count: int,
         devices: Callable[[], list[dict[str, Any]] | None],
         holding: Callable[[], dict[str, dict[str, int]]],
+        alive: Callable[[], set[str]],
         log: logging.Logger,
         quota: int | None = None,
     ) -> None:
         self.count = count
         self._devices = devices  # the latest sample's devices with their free memory; None: no sample yet
         self._holding = holding  # kernel id -> {UUID: bytes} it holds, as last attributed
+        self._alive = alive  # the kernel manager's kernel ids
         self.quota = quota
         self.log = log
         self.assigned: dict[str, list[str]] = {}  # kernel id -> UUIDs, oldest first
+        self._starting: dict[int, list[str]] = {}  # picks whose kernel has not started yet
+        self._picks = itertools.count()
 
-    async def pick(self, env: Mapping[str, str]) -> list[str] | None:
-        """UUIDs for a kernel about to start with ``env``; None when nothing is to be assigned.
-        A kernel started with the server (a restored session) waits for the first sample."""
+    async def pick(self, env: Mapping[str, str]) -> tuple[int, list[str]] | None:
+        """(a ticket, UUIDs) for a kernel about to start with ``env``; None when nothing is to be
+        assigned. A kernel started with the server (a restored session) waits for the first
+        sample. The pick counts at once, so kernels started together spread out; ``started``
+        settles it."""
         if "CUDA_VISIBLE_DEVICES" in env:
             return None
         deadline = time.monotonic() + FIRST_SAMPLE_WAIT
         while (devices := self._devices()) is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        alive = self._alive()
+        for gone in [k for k in self.assigned if k not in alive]:
+            del self.assigned[gone]
         holding = self._holding()
         held = [b for per_gpu in holding.values() for b in per_gpu.values() if b > 0]
         promise = self.quota or max(MIN_PROMISE, sum(held) // len(held) if held else 0)
         waiting: dict[str, int] = {}  # per UUID: kernels sent there that hold nothing there yet
-        for kernel_id, uuids in self.assigned.items():
+        for kernel_id, uuids in [*self.assigned.items(), *((None, u) for u in self._starting.values())]:
             for uuid in uuids:
-                if not holding.get(kernel_id, {}).get(uuid):
+                if kernel_id is None or not holding.get(kernel_id, {}).get(uuid):
                     waiting[uuid] = waiting.get(uuid, 0) + 1
         try:
             chosen = choose(
@@ -79,9 +89,19 @@ class GpuAssigner:
         except NotEnough as error:
             self.log.warning("jupyter_gpu: no GPU assigned to a new kernel: %s", error)
             return None
-        return [d.uuid for d in chosen]
+        ticket = next(self._picks)
+        self._starting[ticket] = [d.uuid for d in chosen]
+        return ticket, self._starting[ticket]
 
-    def remember(self, kernel_id: str, uuids: list[str]) -> None:
-        self.assigned[kernel_id] = uuids
+    def memory_of(self, uuids: list[str]) -> list[int]:
+        """The total memory of these devices, as the latest sample has it (a MIG slice its own)."""
+        totals = {d.get("uuid"): d.get("memory_total_bytes") for d in self._devices() or []}
+        return [t for u in uuids if isinstance(t := totals.get(u), int) and t > 0]
+
+    def started(self, ticket: int, kernel_id: str | None) -> None:
+        """The kernel of a pick started (its id), or failed to (None)."""
+        uuids = self._starting.pop(ticket)
+        if kernel_id is not None:
+            self.assigned[kernel_id] = uuids
         while len(self.assigned) > MAX_REMEMBERED:
             self.assigned.pop(next(iter(self.assigned)))

@@ -12,9 +12,11 @@ manager. The quota and who set it also reach the kernel, for its out-of-memory e
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from jupyter_core.utils import ensure_async
 
 from ..analysis.alloc_conf import LIMIT_ENV, SOURCE_ENV, quota_fraction, with_memory_fraction
 from .gpu_assignment import GpuAssigner
@@ -33,10 +35,11 @@ class Quota:
     # Also as NVIDIA MPS's hard limit, for kernels whose CUDA runs through an MPS control daemon.
     mps: bool = False
 
-    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+    def environment(self, env: Mapping[str, str], devices: Sequence[int] | None = None) -> dict[str, str]:
         """``env`` with the quota: in both allocator variables where the user set the newer one
-        (which torch reads first), otherwise in ``PYTORCH_CUDA_ALLOC_CONF``."""
-        fraction = quota_fraction(self.limit_bytes, self.gpu_total_bytes)
+        (which torch reads first), otherwise in ``PYTORCH_CUDA_ALLOC_CONF``. ``devices``: the
+        memory of the devices the kernel was assigned (a MIG slice has its own), else every GPU."""
+        fraction = quota_fraction(self.limit_bytes, devices or self.gpu_total_bytes)
         out = dict(env)
         for name in ALLOC_CONF_NAMES:
             if name == ALLOC_CONF_NAMES[0] or env.get(name):
@@ -54,15 +57,19 @@ def install(kernel_manager: Any, quota: Quota | None, assigner: GpuAssigner | No
     start = kernel_manager.start_kernel
 
     async def start_kernel(*args: Any, **kwargs: Any) -> str:
-        env = dict(kwargs.get("env") or os.environ)
+        given = kwargs.get("env")
+        env = dict(os.environ if given is None else given)
+        picked = await assigner.pick(env) if assigner is not None else None
+        if picked is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(picked[1])
         if quota is not None:
-            env = quota.environment(env)
-        uuids = await assigner.pick(env) if assigner is not None else None
-        if uuids is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
-        kernel_id: str = await start(*args, **{**kwargs, "env": env})
-        if assigner is not None and uuids is not None:
-            assigner.remember(kernel_id, uuids)
+            env = quota.environment(env, assigner.memory_of(picked[1]) if assigner and picked else None)
+        started: str | None = None
+        try:
+            started = kernel_id = await ensure_async(start(*args, **{**kwargs, "env": env}))
+        finally:
+            if assigner is not None and picked is not None:
+                assigner.started(picked[0], started)
         return kernel_id
 
     kernel_manager.start_kernel = start_kernel

@@ -50,11 +50,15 @@ class QuotaWatch:
         grace: float,
         action: str,
         log: logging.Logger,
+        headroom: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kernel_manager = kernel_manager
         self.event_logger = event_logger
         self.limit, self.grace, self.action = limit, grace, action
+        # NVML also counts what PyTorch's limit leaves out by design: the CUDA context (~0.5 GiB
+        # on an H200), cuBLAS and NCCL workspaces. A kernel at its PyTorch limit is not over.
+        self.headroom = headroom
         self.log = log
         self.clock = clock
         self._over_since: dict[str, float] = {}  # kernel id -> when it was first seen over
@@ -65,7 +69,9 @@ class QuotaWatch:
         """One look at the kernels reply's figures (NVML's, per GPU, the process tree's)."""
         now = self.clock()
         for kernel in kernels:
-            over = [row for row in kernel["gpu_memory"] if row["used_memory_bytes"] > self.limit]
+            over = [
+                row for row in kernel["gpu_memory"] if row["used_memory_bytes"] > self.limit + self.headroom
+            ]
             if not over:
                 self._over_since.pop(kernel["id"], None)
                 self._acted.discard(kernel["id"])
@@ -73,9 +79,15 @@ class QuotaWatch:
             since = self._over_since.setdefault(kernel["id"], now)
             if now - since < self.grace or kernel["id"] in self._acted:
                 continue
-            self._acted.add(kernel["id"])
             worst = max(over, key=lambda row: row["used_memory_bytes"])
-            await self._act(kernel["id"])
+            try:
+                await self._act(kernel["id"])
+            except Exception as error:  # e.g. the kernel is stopping already: try at the next look
+                self.log.warning(
+                    "jupyter_gpu quota: could not %s kernel %s: %s", self.action, kernel["id"], error
+                )
+                continue
+            self._acted.add(kernel["id"])
             self._tell(kernel, worst["gpu_index"], worst["used_memory_bytes"])
         for gone in set(self._over_since) - {k["id"] for k in kernels}:
             self._over_since.pop(gone)
