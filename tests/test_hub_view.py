@@ -29,6 +29,20 @@ def test_idle_holders_come_first_biggest_first_and_missing_idle_fields_show_a_da
     assert built["kernels"][0]["text"]["idle"] == "20 min"  # 1200 s, said as the panel says it
 
 
+def test_a_quota_and_assignment_are_believed_only_as_far_as_the_servers_memory():
+    reply = kernels_reply("ada", 2)
+    for kernel in reply["kernels"]:
+        kernel.update(memory_limit_bytes=4 * 1024**3, assigned_gpus=["GPU-aaaa"])
+    telemetry = replies.check_telemetry(telemetry_reply(1))
+    reading = view.Reading(ADA, "ok", kernels=replies.check_kernels(reply), gpus=telemetry)
+    node = [{k: g[k] for k in ("index", "uuid", "memory_total_bytes")} for g in telemetry.rows]
+    read_here = view.build([reading], now=10.0, timeout=1.5, node=node)["kernels"][0]["text"]
+    assert (read_here["limit"], read_here["assigned"]) == ("4.00 GiB", "GPU-aaaa")
+    # no GPU the Hub node reads, and no second user, backs ada's word: her quota is only a claim
+    alone = view.build([reading], now=10.0, timeout=1.5)["kernels"][0]["text"]
+    assert (alone["limit"], alone["assigned"]) == ("4.00 GiB (unconfirmed)", "GPU-aaaa (unconfirmed)")
+
+
 @pytest.mark.parametrize(
     ("reply", "says"),
     [

@@ -86,10 +86,18 @@ async def test_each_kernel_starts_with_the_quota_and_keeps_it_on_restart(
 
 
 @pytest.mark.parametrize("gpu_monitor_config", [{"trait": LIMIT, "mps": True}], indirect=True)
-async def test_with_mps_the_quota_is_also_its_hard_limit(jp_fetch, jp_serverapp, gpu_monitor, kernel_env):
+@pytest.mark.parametrize(
+    ("visible", "limits"),
+    [(None, "0=14336M,1=14336M"), ("GPU-d57917b3-7a1d-3f45-579e-d0c856ed9f9d", "0=14336M")],
+)
+async def test_with_mps_the_quota_is_also_its_hard_limit(
+    jp_fetch, jp_serverapp, gpu_monitor, kernel_env, monkeypatch, visible, limits
+):
+    if visible is not None:  # the user's own choice: CUDA numbers that one device 0
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     kernel_id = await start_notebook_kernel(jp_fetch, "mps.ipynb")
     env = await environment_of(jp_serverapp, kernel_id)
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=14336M,1=14336M"  # each device a kernel may see
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == limits  # each device the kernel sees, no other
 
 
 @pytest.mark.parametrize("gpu_monitor_config", [{"env": str(LIMIT)}], indirect=True)

@@ -16,7 +16,6 @@ import os
 import sys
 import urllib.parse
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
@@ -26,9 +25,9 @@ from tornado import web
 from ..client import server_at
 from .fleet import Hub, node_gpus
 from .handlers import Builder, KernelsHandler, PageHandler, ShutdownKernelHandler, StopServerHandler
+from .page import environment
 from .server_culler import ServerCuller
 
-HERE = Path(__file__).parent
 # Under the page's 2 s: every server is asked at once, so this is the page's worst wait.
 DEFAULT_TIMEOUT = 1.5
 
@@ -40,6 +39,7 @@ def make_app(
     cookie_secret: bytes,
     node: Sequence[dict[str, Any]],
     culler: ServerCuller | None = None,
+    hub_template_paths: Sequence[str] = (),
 ) -> web.Application:
     builder = Builder(hub, node, culler)
     kwargs = {"hub": hub, "builder": builder}
@@ -51,7 +51,7 @@ def make_app(
             (url_path_join(prefix, "api/shutdown-kernel"), ShutdownKernelHandler, kwargs),
             (url_path_join(prefix, "api/stop-server"), StopServerHandler, kwargs),
         ],
-        template_path=str(HERE),
+        jinja=environment(hub_template_paths),
         cookie_secret=cookie_secret,
     )
 
@@ -92,6 +92,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="SECONDS",
         help="log a warning, and show it on the page, this long before a server is stopped (default 60)",
     )
+    parser.add_argument(
+        "--hub-template-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of the Hub's custom templates (its c.JupyterHub.template_paths), so the page "
+        "follows them; give it once per folder",
+    )
     args = parser.parse_args(argv)
     if args.cull_idle_servers < 0 or args.cull_warn_before < 0:
         parser.error("--cull-idle-servers and --cull-warn-before take seconds, 0 or more")
@@ -129,7 +137,12 @@ async def serve(argv: list[str]) -> None:
         ServerCuller(hub, args.cull_idle_servers, args.cull_warn_before) if args.cull_idle_servers else None
     )
     app = make_app(
-        hub, env["JUPYTERHUB_SERVICE_PREFIX"], cookie_secret=os.urandom(32), node=node, culler=culler
+        hub,
+        env["JUPYTERHUB_SERVICE_PREFIX"],
+        cookie_secret=os.urandom(32),
+        node=node,
+        culler=culler,
+        hub_template_paths=args.hub_template_path,
     )
     listen = urllib.parse.urlsplit(env["JUPYTERHUB_SERVICE_URL"])
     app.listen(listen.port or 80, listen.hostname or "127.0.0.1", xheaders=True)

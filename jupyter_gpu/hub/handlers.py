@@ -20,7 +20,7 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
-from . import view
+from . import page, view
 from .fleet import Hub, HubError, log
 from .server_culler import ServerCuller
 
@@ -93,7 +93,13 @@ class PageHandler(ServiceHandler):
     @web.authenticated
     def get(self) -> None:
         self.set_header("Cache-Control", "no-store")
-        self.render("page.html", xsrf=self.xsrf_token.decode(), who=self.who)
+        names = page.namespace(
+            self.current_user,
+            hub_prefix=self.hub_auth.hub_prefix,
+            base_url=self.hub_auth.base_url,
+            xsrf=self.xsrf_token.decode(),
+        )
+        self.finish(self.settings["jinja"].get_template("gpu.html").render(**names))
 
 
 class KernelsHandler(APIHandler):

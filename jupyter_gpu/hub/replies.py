@@ -130,7 +130,7 @@ def _kernel(k: Any, where: str) -> dict[str, Any]:
         "last_activity": k.get("last_activity"),
         "idle_holding": holding,
         "memory_limit_bytes": limit,  # the server's quota per kernel, where it sets one
-        "assigned_gpus": None if assigned is None else [_text(u, "assigned_gpus") for u in assigned],
+        "assigned_gpus": None if assigned is None else [_text(u, "uuid") for u in assigned],
     }
 
 

@@ -106,6 +106,8 @@ def kernel_row(server: UserServer, kernel: dict[str, Any], *, confirmed: bool) -
     idle = kernel.get("idle_seconds")
     limit = kernel.get("memory_limit_bytes")
     over = limit is not None and any(row["used_memory_bytes"] > limit for row in kernel["gpu_memory"])
+    assigned = kernel.get("assigned_gpus")
+    doubt = "" if confirmed else " (unconfirmed)"
     return {
         "user": server.user,
         "server": server.name,
@@ -123,9 +125,11 @@ def kernel_row(server: UserServer, kernel: dict[str, Any], *, confirmed: bool) -
         "last_activity": kernel.get("last_activity"),
         "memory_limit_bytes": limit,
         "over_limit": over,
-        "assigned_gpus": kernel.get("assigned_gpus"),
+        "assigned_gpus": assigned,
         "text": {
-            "limit": DASH if limit is None else format_bytes(limit) + (" (over)" if over else ""),
+            # the quota and assignment are the server's own word, believed as its memory is
+            "limit": DASH if limit is None else format_bytes(limit) + (" (over)" if over else "") + doubt,
+            "assigned": ", ".join(assigned) + doubt if assigned else DASH,
             "memory": format_bytes(memory),
             "allocated": DASH if allocated is None else format_bytes(allocated),
             "reserved": DASH if reserved is None else format_bytes(reserved),

@@ -46,10 +46,19 @@ class Quota:
                 out[name] = with_memory_fraction(env.get(name), fraction)
         out[LIMIT_ENV] = str(self.limit_bytes)
         out[SOURCE_ENV] = self.source
-        if self.mps:  # per CUDA device ordinal the kernel may see, in MiB (MPS takes M, G)
+        if self.mps:  # per CUDA device ordinal the kernel will see, in MiB (MPS takes M, G)
             mib = self.limit_bytes // 2**20
-            out[MPS_LIMIT_ENV] = ",".join(f"{i}={mib}M" for i in range(len(self.gpu_total_bytes)))
+            seen = visible_count(out.get("CUDA_VISIBLE_DEVICES"), len(self.gpu_total_bytes))
+            out[MPS_LIMIT_ENV] = ",".join(f"{i}={mib}M" for i in range(seen))
         return out
+
+
+def visible_count(visible: str | None, gpus: int) -> int:
+    """How many devices CUDA numbers for a process with this ``CUDA_VISIBLE_DEVICES``: those listed
+    (renumbered from 0), every GPU when it is unset."""
+    if visible is None:
+        return gpus
+    return len([d for d in visible.split(",") if d.strip()])
 
 
 def install(kernel_manager: Any, quota: Quota | None, assigner: GpuAssigner | None) -> None:

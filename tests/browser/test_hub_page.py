@@ -54,6 +54,12 @@ def test_the_instructor_sees_the_students_and_shuts_down_a_kernel(page, hub):
     states = servers.evaluate_all("rows => rows.map(r => [r.dataset.user, r.cells[2].textContent])")
     assert dict(states) == {user: "answering" for user in NOTEBOOKS}
     assert page.locator("#gpus tbody tr").count() == 2  # the simulated node's two GPUs
+    # drawn in the Hub's own template: its navbar, logo and links, styled by its stylesheet
+    assert page.locator("#jupyterhub-logo img").evaluate("img => img.complete && img.naturalWidth > 0")
+    assert page.get_by_role("link", name="Home").get_attribute("href") == "/hub/home"
+    assert page.locator("#logout").get_attribute("href") == "/hub/logout"
+    assert page.locator("nav.navbar").evaluate("nav => getComputedStyle(nav).display") == "flex"
+    assert page.title() == "GPU node: who holds what"
     screenshot(page, "hub-instructor-page")
 
     kernel = hub.kernels["alice"]
@@ -73,6 +79,29 @@ def test_the_instructor_sees_the_students_and_shuts_down_a_kernel(page, hub):
     # bob's kernel is untouched, on his server and on the page
     assert hub.kernels["bob"] in hub.kernel_ids("bob")
     assert page.locator(f'#kernels tr[data-kernel="{hub.kernels["bob"]}"]').is_visible()
+
+
+def test_the_page_follows_the_hubs_dark_mode(page, hub):
+    sign_in_and_open_the_page(page, hub, INSTRUCTOR)
+    page.locator("#kernels tbody tr[data-kernel]").first.wait_for()
+
+    def theme() -> str:
+        return page.evaluate("document.documentElement.dataset.bsTheme")
+
+    def background() -> str:
+        return page.evaluate("getComputedStyle(document.body).backgroundColor")
+
+    before, shade = theme(), background()
+    page.click("#dark-theme-toggle")  # the Hub's own toggle in the Hub's navbar
+    after = theme()
+    assert {before, after} == {"light", "dark"} and background() != shade
+    screenshot(page, f"hub-instructor-page-{after}")
+    # one choice for the Hub's pages and this one: it is stored for the whole origin
+    page.goto(f"{hub.url}/hub/home")
+    assert theme() == after
+    page.click("#dark-theme-toggle")
+    page.goto(f"{hub.url}/services/jupyter-gpu/")
+    assert theme() == before and background() == shade
 
 
 def hostile_view() -> dict:
