@@ -43,6 +43,15 @@ def test_a_gpu_in_mig_mode_is_never_picked_whole():
     assert [d.uuid for d in candidates(devices)] == ["MIG-a"]  # GPU 1's memory cannot be read
 
 
+def test_a_job_of_several_devices_gets_whole_gpus_never_mig_devices():
+    # CUDA would show the job only the first MIG device of its CUDA_VISIBLE_DEVICES
+    devices = [gpu(2, 17, mig=True), gpu(3, 17, mig=True), gpu(1, 10)]
+    assert [d.index for d in choose(devices)] == [2]  # one device: a MIG slice is fine
+    with pytest.raises(NotEnough, match=r"1 of 1 GPU\(s\).*2 asked for \(2 MIG device\(s\) left out"):
+        choose(devices, count=2)
+    assert [d.index for d in choose([*devices, gpu(0, 5)], count=2)] == [1, 0]
+
+
 @pytest.fixture
 def two_h200(monkeypatch):
     sim = SimulatedNVML.from_file(READINGS)

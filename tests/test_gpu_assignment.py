@@ -11,6 +11,7 @@ import json
 import pytest
 from support.jupyter_api import get, start_notebook_kernel
 from support.kernel_client import CellRunner
+from support.paths import MIG_READINGS
 from traitlets import TraitError
 from traitlets.config import Config
 
@@ -86,17 +87,24 @@ def test_an_unknown_assignment_is_a_configuration_error(value, says):
         GPUMonitor(config=Config({"GPUMonitor": {"assign_gpus": value}}))
 
 
-def test_more_gpus_per_kernel_than_there_are_is_a_configuration_error(gpu_monitor_config):
-    app = GPUMonitor(
+def assigning(readings: str, assign: str) -> GPUMonitor:
+    return GPUMonitor(
         config=Config(
-            {
-                "GPUMonitor": {
-                    "backend": "simulated",
-                    "simulated_readings": gpu_monitor_config["simulated_readings"],
-                    "assign_gpus": "least_used:3",
-                }
-            }
+            {"GPUMonitor": {"backend": "simulated", "simulated_readings": readings, "assign_gpus": assign}}
         )
     )
+
+
+def test_more_gpus_per_kernel_than_there_are_is_a_configuration_error(gpu_monitor_config):
+    app = assigning(gpu_monitor_config["simulated_readings"], "least_used:3")
     with pytest.raises(TraitError, match=r"asks for more GPUs per kernel than this machine has \(2\)"):
         app._kernel_environment(app._reader_factory())
+
+
+def test_mig_devices_are_given_one_per_kernel_never_several():
+    # GPU 0 split in three MIG devices, GPU 1 whole: three slices, but one whole GPU to combine
+    one = assigning(str(MIG_READINGS), "least_used")
+    assert one._kernel_environment(one._reader_factory()) == (None, 1)
+    two = assigning(str(MIG_READINGS), "least_used:2")
+    with pytest.raises(TraitError, match=r"this machine has \(1\) \(a process sees one MIG device only"):
+        two._kernel_environment(two._reader_factory())

@@ -249,12 +249,20 @@ class GPUMonitor(ExtensionApp):
                 f"{source} = {limit} bytes is more than the largest GPU's memory ({max(totals)} bytes)"
             )
         assignable = [
-            d for d in devices if d.get("mig") is not None or not (d.get("mig_mode") or {}).get("current")
+            d
+            for d in devices
+            if (d.get("mig") is None and not (d.get("mig_mode") or {}).get("current"))
+            or (d.get("mig") is not None and per_kernel <= 1)  # see gpu_choice.combinable
         ]
         if per_kernel > len(assignable):
+            mig = (
+                " (a process sees one MIG device only, so MIG devices are not counted)"
+                if per_kernel > 1
+                else ""
+            )
             raise TraitError(
                 f"c.GPUMonitor.assign_gpus = {self.assign_gpus!r} asks for more GPUs per kernel than "
-                f"this machine has ({len(assignable)})"
+                f"this machine has ({len(assignable)}){mig}"
             )
         return (Quota(limit, source, totals, self.mps_memory_limit) if limit else None), per_kernel
 
