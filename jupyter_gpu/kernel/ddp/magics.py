@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -276,8 +278,9 @@ class DDPMagics(ShellMagics):
 def register(ipython: InteractiveShell) -> Callable[[], None]:
     """Add the ddp magics to ``ipython``; the returned function removes them and stops ranks.
 
-    With two or more GPUs visible the rank forkserver starts now, in the background, so that
-    the first %%ddp_launch does not wait for it to import torch (the kernel itself imports none).
+    The rank forkserver starts in the background before the first %%ddp_launch needs it, so that
+    launch does not wait for it to import torch (the kernel itself imports none): now with two
+    or more GPUs visible, and with one once the notebook has imported torch (after that cell).
     It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
     a shared server) leaves it to the first launch.
     """
@@ -286,10 +289,22 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
 
     magics = DDPMagics(ipython)
     ipython.register_magics(magics)
-    if visible_gpus() >= 2 and os.environ.get("JUPYTER_GPU_DDP_PRESTART", "1") != "0":
+    gpus = visible_gpus() if os.environ.get("JUPYTER_GPU_DDP_PRESTART", "1") != "0" else 0
+
+    def after_torch(result: Any = None) -> None:
+        if "torch" in sys.modules:
+            ipython.events.unregister("post_run_cell", after_torch)
+            prestart_forkserver()
+
+    if gpus >= 2:
         prestart_forkserver()
+    elif gpus == 1:
+        ipython.events.register("post_run_cell", after_torch)
+        after_torch()
 
     def undo() -> None:
+        with contextlib.suppress(ValueError):  # already gone: torch came
+            ipython.events.unregister("post_run_cell", after_torch)
         magics.close()
         unregister_magics(ipython, magics)
 
