@@ -172,7 +172,8 @@ class Bench:
 
     # -------------------------------------------------------------- helpers
     def load(self) -> None:
-        """What %load_ext does for the ddp magics (with >= 2 GPUs: start the forkserver)."""
+        """What %load_ext does for the ddp magics (with >= 2 GPUs, or one once torch is imported,
+        as it is here: start the forkserver in the background)."""
         from IPython.core.interactiveshell import InteractiveShell
 
         from jupyter_gpu.kernel.ddp.magics import register
@@ -181,7 +182,7 @@ class Bench:
         self.shell = InteractiveShell.instance()
         register(self.shell)
         self.loaded_at = time.time()
-        self.prestarted = visible_gpus() >= 2
+        self.prestarted = visible_gpus() >= 2 or (visible_gpus() == 1 and "torch" in sys.modules)
 
     def magic(self, name: str, line: str, cell: str | None = None) -> Any:
         if cell is None:
@@ -256,7 +257,7 @@ class Bench:
 
         n = self.args.nproc
         first = (
-            f"first launch, {time.time() - self.loaded_at:.1f} s after %load_ext started the forkserver"
+            f"first launch, {time.time() - self.loaded_at:.1f} s after loading started the forkserver"
             if self.prestarted
             else "first launch: cold forkserver imports torch"
         )
