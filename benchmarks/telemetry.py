@@ -10,7 +10,12 @@ Prints three tables:
    20 Hz, the event loop's lag (p50/p99, from benchmarks/lagprobe.py), the latency of the
    telemetry request itself, and the sampler's CPU use;
 3. the same probe against jupyterlab-nvdashboard's server extension (if installed) with 0, 1
-   and 3 of its `gpu_resource` websockets open at its frontend default of 100 ms.
+   and 3 of its `gpu_resource` websockets open at its frontend default of 100 ms;
+4. with --first-reply (alone): a page load's full-history reply with 8 simulated GPUs of 32
+   processes each and 60 minutes of history (benchmarks/historyfill.py writes it in): bytes raw
+   and gzipped, server CPU per reply (one alone, each after a new sample; and within a burst), and
+   `GET api/status` p99 and loop lag p99 while 50 page loads land within a second, every 2 s,
+   against the same server without them. Run it on an older checkout (PYTHONPATH) to compare.
 Without a GPU, pass --simulated to run against replayed H200 readings (labelled as such).
 """
 
@@ -107,7 +112,9 @@ def free_port() -> int:
 class Server:
     """A real `jupyter server` subprocess with the lag probe and one GPU extension."""
 
-    def __init__(self, extension: str, simulated: bool) -> None:
+    def __init__(
+        self, extension: str, simulated: bool, gpu_config: dict | None = None, fill: bool = False
+    ) -> None:
         self.token = secrets.token_hex(16)
         self.port = free_port()
         self.dir = tempfile.TemporaryDirectory()
@@ -116,6 +123,7 @@ class Server:
             "lagprobe": True,
             "jupyter_gpu": extension == "jupyter_gpu",
             "jupyterlab_nvdashboard": extension == "nvdashboard",
+            "historyfill": fill,
         }
         config = {
             "ServerApp": {"jpserver_extensions": exts},
@@ -123,6 +131,7 @@ class Server:
         }
         if simulated:
             config["GPUMonitor"].update(backend="simulated", simulated_readings=str(READINGS))
+        config["GPUMonitor"].update(gpu_config or {})
         Path(self.dir.name, "jupyter_server_config.json").write_text(json.dumps(config))
         env = {
             **os.environ,
@@ -148,9 +157,12 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}/"
         self.http = AsyncHTTPClient(max_clients=200)
 
-    async def get(self, path: str) -> tuple[float, bytes]:
+    async def get(self, path: str, gzip: bool = False) -> tuple[float, bytes]:
         t = time.perf_counter()
-        response = await self.http.fetch(self.base + path, headers={"Authorization": f"token {self.token}"})
+        headers = {"Authorization": f"token {self.token}", "Accept-Encoding": "gzip" if gzip else "identity"}
+        response = await self.http.fetch(
+            self.base + path, headers=headers, decompress_response=False, request_timeout=120
+        )
         return time.perf_counter() - t, response.body
 
     async def wait_ready(self) -> None:
@@ -237,13 +249,127 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
         server.stop()
 
 
+def eight_gpu_readings(directory: str) -> str:
+    """The 2-GPU H200 readings as 8 GPUs, each with 32 processes (the history keeps 32 per GPU)."""
+    readings = json.loads(READINGS.read_text())
+    first = readings["devices"][0]
+    devices = []
+    for i in range(8):
+        device = json.loads(json.dumps(first))
+        device.update(index=i, uuid=f"{first['uuid'][:-2]}{i:02d}", pci_bus_id=f"00000000:00:{6 + i:02X}.0")
+        device["compute_processes"] = [
+            {"pid": 200000 + 100 * i + j, "used_gpu_memory": (j + 1) * 1_234_567_890 % 4_000_000_000}
+            for j in range(32)
+        ]
+        devices.append(device)
+    path = Path(directory, "readings_8gpu.json")
+    path.write_text(json.dumps({**readings, "devices": devices}))
+    return str(path)
+
+
+def server_cpu(server: Server) -> float:
+    """CPU seconds the server process has used (user + system)."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def status_probe(server: Server, duration: float) -> tuple[list[float], list[float]]:
+    """GET api/status at 20 Hz for ``duration`` s: its latencies, and the loop's lags meanwhile."""
+    await server.get("lagprobe")  # drain
+    status: list[float] = []
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        dt, _ = await server.get("api/status")
+        status.append(dt)
+        await asyncio.sleep(0.05)
+    _, lags = await server.get("lagprobe")
+    return status, json.loads(lags)["lags"]
+
+
+async def page_loads(server: Server, stop: asyncio.Event, count: int, took: list[float]) -> None:
+    """Every 2 s (or once the last burst is answered), ``count`` full-history requests (gzip
+    accepted) spread over one second; ``took`` gets each one's latency."""
+    while not stop.is_set():
+        starts = sorted(secrets.randbelow(1000) / 1000 for _ in range(count))
+
+        async def one(delay: float) -> None:
+            await asyncio.sleep(delay)
+            took.append((await server.get("api/gpu/telemetry", gzip=True))[0])
+
+        began = time.monotonic()
+        await asyncio.gather(*(one(d) for d in starts))
+        await asyncio.sleep(max(0.0, 2.0 - (time.monotonic() - began)))
+
+
+async def first_reply(duration: float, label: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        config = {"history_seconds": 3600, "simulated_readings": eight_gpu_readings(directory)}
+        server = Server("jupyter_gpu", True, config, fill=True)
+        try:
+            await server.wait_ready()
+            await asyncio.sleep(1.5)  # a first sample to copy
+            _, filled = await server.get("historyfill?seconds=3600")
+            _, raw = await server.get("api/gpu/telemetry")
+            _, zipped = await server.get("api/gpu/telemetry", gzip=True)
+            samples = len(json.loads(raw)["history"])
+            # CPU of one reply alone, each after a new sample (nothing cached), less idle CPU
+            idle0 = server_cpu(server)
+            await asyncio.sleep(5.5)
+            idle = (server_cpu(server) - idle0) / 5.5
+            alone = []
+            for _ in range(5):
+                await asyncio.sleep(1.1)
+                before = server_cpu(server)
+                await server.get("api/gpu/telemetry", gzip=True)
+                alone.append(server_cpu(server) - before)
+            base_status, base_lags = await status_probe(server, duration)
+            stop = asyncio.Event()
+            cpu0, t0 = server_cpu(server), time.monotonic()
+            took: list[float] = []
+            loads = asyncio.create_task(page_loads(server, stop, 50, took))
+            status, lags = await status_probe(server, duration)
+            stop.set()
+            await loads
+            cpu = server_cpu(server) - cpu0 - idle * (time.monotonic() - t0)
+        finally:
+            server.stop()
+    loads_p = f"{len(took)}; {pct(took, 50):.2f} / {pct(took, 99):.2f}"
+    pairs = [
+        ("history samples: in the store / in a full reply", f"{json.loads(filled)['samples']} / {samples}"),
+        ("bytes per full reply, raw / gzipped", f"{len(raw):,} / {len(zipped):,}"),
+        ("server CPU ms per reply, alone (new sample each)", f"{statistics.median(alone) * 1e3:.1f}"),
+        ("server CPU ms per reply, in bursts of 50", f"{cpu / max(1, len(took)) * 1e3:.1f}"),
+        ("page loads answered; their p50 / p99 s", loads_p),
+        (
+            "api/status p99 ms: baseline / 50 page loads",
+            f"{pct(base_status, 99) * 1e3:.1f} / {pct(status, 99) * 1e3:.1f}",
+        ),
+        ("api/status p99 vs baseline", f"{pct(status, 99) / pct(base_status, 99):.2f}x"),
+        (
+            "loop lag p99 ms: baseline / 50 page loads",
+            f"{pct(base_lags, 99) * 1e3:.2f} / {pct(lags, 99) * 1e3:.2f}",
+        ),
+    ]
+    rows = [[label, metric, value] for metric, value in pairs]
+    table(
+        f"4. A page load's full reply: 8 simulated H200s, 60 min of history ({label})",
+        ["code", "metric", "value"],
+        rows,
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=float, default=15.0, help="seconds measured per scenario")
     parser.add_argument("--simulated", action="store_true", help="replay H200 readings instead of NVML")
+    parser.add_argument("--first-reply", action="store_true", help="only table 4 (always simulated)")
+    parser.add_argument("--label", default="this checkout", help="names the code measured in table 4")
     args = parser.parse_args()
+    if args.first_reply:
+        await first_reply(args.duration, args.label)
+        return
     sample_cost(args.simulated)
     header = [
         "server",

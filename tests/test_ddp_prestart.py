@@ -42,7 +42,9 @@ def test_with_one_gpu_it_starts_once_the_notebook_imports_torch(kernel: Kernel) 
     while not forkserver(kernel):
         assert time.monotonic() < deadline, "no forkserver 30 s after the notebook imported torch"
         time.sleep(0.1)
-    launched = kernel.run("%%ddp_launch -n 2 --backend gloo --device cpu\nprint('rank', RANK, 'of', WORLD_SIZE)")
+    launched = kernel.run(
+        "%%ddp_launch -n 2 --backend gloo --device cpu\nprint('rank', RANK, 'of', WORLD_SIZE)"
+    )
     assert launched.error is None, launched.traceback
     assert "rank 0 of 2" in launched.stdout  # the prestarted forkserver starts ranks that work
 

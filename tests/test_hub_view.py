@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from support.fake_fleet import FakeFleet, kernels_reply, mixed, telemetry_reply
@@ -175,3 +176,24 @@ def test_a_students_server_never_sees_the_services_token():
         ("mallory", ["access:servers!server=mallory/"]),
     ]
     assert fleet.revoked == [("alice", "a0")]  # gone with her server
+
+
+def test_a_terminals_reply_gives_the_newest_activity_or_is_refused():
+    now = 1_800_001_000.0
+    stamp = "2027-01-15T08:00:00.000000Z"  # now - 1,000 s
+    naive = "2027-01-15T08:00:00"  # no zone: UTC, as jupyter_server means it
+    listed = [{"name": str(i), "last_activity": stamp} for i in range(3)]
+    assert replies.terminals_idle_seconds(json.dumps(listed).encode(), now) == 1000.0
+    assert replies.terminals_idle_seconds(json.dumps([{"last_activity": naive}]).encode(), now) == 1000.0
+    assert replies.terminals_idle_seconds(b"[]", now) is None  # no terminal
+    future = [{"name": "1", "last_activity": "2099-01-01T00:00:00Z"}]
+    assert replies.terminals_idle_seconds(json.dumps(future).encode(), now) == 0.0
+    for body, says in [
+        (b"{", "not JSON"),
+        (b'{"name": "1"}', "not a list"),
+        (b'[{"name": "1", "last_activity": "yesterday"}]', "readable `last_activity`"),
+        (b'[{"name": "1", "last_activity": 5}]', "readable `last_activity`"),
+        (b"[" * 100_000, "not JSON"),
+    ]:
+        with pytest.raises(replies.BadReply, match=says):
+            replies.terminals_idle_seconds(body, now)

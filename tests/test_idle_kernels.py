@@ -14,6 +14,7 @@ from jupyter_server.auth.authorizer import Authorizer
 from support.cli import ENV
 from support.jupyter_api import get, start_extensions, start_notebook_kernel
 from support.kernel_client import run_cell
+from support.server_events import recorded
 from support.simulated_gpu import hold
 from support.waiting import wait_for
 from tornado.httpclient import HTTPClientError
@@ -268,12 +269,7 @@ class TestCuller:
         }
 
     async def test_shuts_down_an_idle_kernel_and_leaves_a_busy_one(self, jp_fetch, gpu_monitor):
-        events: list[dict] = []
-
-        async def listen(logger, schema_id: str, data: dict) -> None:
-            events.append(data)
-
-        gpu_monitor.serverapp.event_logger.add_listener(schema_id=EVENT_ID, listener=listen)
+        events = recorded(gpu_monitor.serverapp, EVENT_ID)
         await start_extensions(gpu_monitor)
         manager = gpu_monitor.serverapp.kernel_manager
         idle = await start_notebook_kernel(jp_fetch, "course/week1.ipynb")

@@ -13,6 +13,7 @@ import pytest
 from support.jupyter_api import check_reply, get, start_notebook_kernel
 from support.kernel_client import run_cell
 from support.prometheus_text import parse
+from support.server_events import recorded
 from support.simulated_gpu import GIB
 from support.waiting import holds, wait_for
 
@@ -27,13 +28,7 @@ def gpu_monitor_config(gpu_monitor_config: dict) -> dict:
 @pytest.fixture
 def died(jp_serverapp: Any) -> list[dict[str, Any]]:
     """The kernel_died events the server emits, as JupyterLab's event stream gets them."""
-    seen: list[dict[str, Any]] = []
-
-    async def listen(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
-        seen.append(data)
-
-    jp_serverapp.event_logger.add_listener(schema_id=EVENT_ID, listener=listen)
-    return seen
+    return recorded(jp_serverapp, EVENT_ID)
 
 
 async def exits(jp_fetch: Any) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 from support.jupyter_api import start_extensions, start_notebook_kernel
 from support.kernel_client import run_cell
+from support.server_events import recorded
 from support.simulated_gpu import hold
 from support.waiting import holds, wait_for
 
@@ -21,13 +22,7 @@ GIB = 2**30
 @pytest.fixture
 def told(jp_serverapp) -> list[dict]:
     """The over-limit events, as JupyterLab's event stream gets them."""
-    seen: list[dict] = []
-
-    async def listen(logger, schema_id: str, data: dict) -> None:
-        seen.append(data)
-
-    jp_serverapp.event_logger.add_listener(schema_id=EVENT_ID, listener=listen)
-    return seen
+    return recorded(jp_serverapp, EVENT_ID)
 
 
 @pytest.fixture

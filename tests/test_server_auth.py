@@ -14,8 +14,11 @@ from tornado.httpclient import HTTPClientError
 from jupyter_gpu.server.handlers import route_table
 
 # Every route of the extension without a path parameter, read from its own table: a route added
-# there is tested here without anyone remembering to list it.
-ROUTES = [pattern.lstrip("/") for pattern, _, _ in route_table(None) if "(?P" not in pattern]  # type: ignore[arg-type]
+# there is tested here without anyone remembering to list it. GET routes, and POST-only ones
+# (notices, whose body the tests of each route give).
+TABLE = [(p.lstrip("/"), h) for p, h, _ in route_table(None) if "(?P" not in p]  # type: ignore[arg-type]
+ROUTES = [route for route, handler in TABLE if "get" in vars(handler)]
+POSTED = [route for route, handler in TABLE if "get" not in vars(handler)]
 # Refused before the kernel is looked up: an attacker learns nothing, not even which ids exist.
 GUARDED = [*ROUTES, "api/gpu/kernels/8c3f2a10-0000-4000-8000-000000000000/cells"]
 
@@ -28,6 +31,20 @@ async def test_every_route_refuses_requests_without_a_valid_token(jp_fetch, rout
     with pytest.raises(HTTPClientError) as info:
         await jp_fetch(*route.split("/"), headers=headers, follow_redirects=False)
     assert info.value.code == 403
+
+
+@pytest.mark.parametrize("route", POSTED)
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+async def test_every_post_route_refuses_requests_without_a_valid_token(jp_fetch, route, token):
+    headers = {"Authorization": f"token {token}" if token else ""}
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch(*route.split("/"), method="POST", body="{}", headers=headers, follow_redirects=False)
+    assert info.value.code == 403
+
+
+def test_the_table_has_post_routes():
+    """The control: the POST tests above are not run over an empty list."""
+    assert POSTED == ["api/gpu/notices/server-stop"]
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -113,6 +130,13 @@ class TestAuthorizer:
             await jp_fetch(*route.split("/"))
         assert info.value.code == 403
         assert (await jp_fetch("api", "status")).code == 200
+
+    @pytest.mark.parametrize("route", POSTED)
+    async def test_a_user_without_the_gpu_permission_cannot_post(self, jp_fetch, route):
+        body = '{"stop_in_seconds": 60, "reason": "", "by": "hub"}'
+        with pytest.raises(HTTPClientError) as info:
+            await jp_fetch(*route.split("/"), method="POST", body=body)
+        assert info.value.code == 403
 
 
 def test_server_side_never_imports_torch():

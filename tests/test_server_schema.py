@@ -35,7 +35,14 @@ def test_every_schema_is_a_valid_draft_2020_12_schema(path):
 
 
 def test_every_route_has_its_schema():
-    assert set(load("api")["properties"]) == {*ROUTES, "cells", "free_cache", "host", "exits"}
+    assert set(load("api")["properties"]) == {
+        *ROUTES,
+        "cells",
+        "free_cache",
+        "host",
+        "exits",
+        "server_stop_notice",
+    }
     assert {path.name.removesuffix(".schema.json") for path in SCHEMA_DIR.glob("*.schema.json")} == {
         "api",
         "common",

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu.analysis.units import format_bytes, format_bytes_change, format_bytes_of, format_duration
+from jupyter_gpu.analysis.units import (
+    format_bytes,
+    format_bytes_change,
+    format_bytes_of,
+    format_countdown,
+    format_duration,
+)
 
 TABLE = json.loads((Path(__file__).parent / "fixtures" / "byte_formats.json").read_text())
 
@@ -31,6 +37,11 @@ def test_changes_are_signed(n, text):
 @pytest.mark.parametrize(("seconds", "text"), TABLE["durations"])
 def test_durations_print_as_the_panel_prints_them(seconds, text):
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), TABLE["countdowns"])
+def test_countdowns_print_as_the_notification_prints_them(seconds, text):
+    assert format_countdown(seconds) == text
 
 
 def test_unknown_figures():

@@ -102,3 +102,15 @@ def format_us(us: float) -> str:
         if abs(us) >= scale:
             return f"{_three_figures(us / scale)} {unit}"
     return f"{_three_figures(us)} µs"
+
+
+def format_countdown(seconds: float) -> str:
+    """Time left before something happens, to the second under an hour: "45 s", "1 min 0 s",
+    "2 h 5 min" (``formatCountdown`` of ``labextension/src/format.ts``). ``format_duration``'s
+    "1 min" would read as anything from 30 s to 90 s to someone about to lose her server."""
+    total = max(0, _js_round(seconds)) if _known(seconds) else 0
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        return f"{total // 60} min {total % 60} s"
+    return f"{total // 3600} h {total % 3600 // 60} min"

@@ -21,7 +21,7 @@ import pynvml
 
 from ..client import Server, ServerError, Unreachable
 from ..nvml.holders import all_devices
-from .replies import MAX_KERNELS, BadReply, check_kernels, check_telemetry
+from .replies import MAX_KERNELS, BadReply, check_kernels, check_telemetry, terminals_idle_seconds
 from .view import Reading, UserServer
 
 log = logging.getLogger("jupyter_gpu.hub")
@@ -30,6 +30,10 @@ log = logging.getLogger("jupyter_gpu.hub")
 # (~20 ms a MiB). A telemetry reply asked for the latest sample only is tens of kB.
 MAX_KERNELS_REPLY = MAX_KERNELS * 4 * 2**10
 MAX_TELEMETRY_REPLY = 2**20
+# The server's answer to a notice is the notice again: well under this.
+MAX_NOTICE_REPLY = 8 * 2**10
+# A terminal is a name and a time (~80 bytes): the first MAX_TERMINALS of them and some.
+MAX_TERMINALS_REPLY = 64 * 2**10
 # Minted per action, revoked right after: a minute is more than one DELETE needs.
 ACTION_TOKEN_SECONDS = 60
 # Reading a server's figures: minted per server, reused until this close to expiry, revoked when
@@ -198,6 +202,55 @@ class Hub:
                 raise HubError(f"{server.user}'s server answered HTTP {reply.status} to the shutdown")
         finally:
             await self._revoke(server.user, minted)
+
+    async def notify_stop(self, server: UserServer, stop_in: float, reason: str, by: str) -> None:
+        """Tell the student, in her open JupyterLab tabs, that the server stops in ``stop_in``
+        seconds and why (``POST api/gpu/notices/server-stop``, which is no activity there), with
+        the token that reads the server's figures: it reaches that one server only. HubError if
+        the notice did not arrive (an older jupyter_gpu answers 404); the caller only logs it."""
+        token = await self._read_token(server)
+        at = Server(self.proxy_url + server.url, token)
+        body = {"stop_in_seconds": round(stop_in, 3), "reason": reason[:300], "by": by[:100]}
+        try:
+            reply = await at.send_async(
+                "api/gpu/notices/server-stop",
+                method="POST",
+                body=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+                timeout=self.timeout,
+                max_bytes=MAX_NOTICE_REPLY,
+            )
+        except ServerError as error:
+            raise HubError(
+                f"{server.user}'s server does not answer: {_without_host(str(error), at.url)}"
+            ) from None
+        if reply.status == 404:
+            raise HubError(
+                f"{server.user}'s server has no notices route (gone, or an older jupyter_gpu)", 404
+            )
+        if reply.status >= 300:
+            raise HubError(f"{server.user}'s server answered HTTP {reply.status} to the notice")
+
+    async def terminals_idle(self, server: UserServer) -> float | None:
+        """Seconds since the server's terminals last had input or output, None without a
+        terminal (or with terminals turned off): work in a terminal is use, as a kernel's is.
+        HubError when the server cannot say."""
+        token = await self._read_token(server)
+        at = Server(self.proxy_url + server.url, token)
+        try:
+            reply = await at.send_async("api/terminals", timeout=self.timeout, max_bytes=MAX_TERMINALS_REPLY)
+        except ServerError as error:
+            raise HubError(
+                f"{server.user}'s server does not answer: {_without_host(str(error), at.url)}"
+            ) from None
+        if reply.status == 404:  # jupyter_server without terminals
+            return None
+        if reply.status != 200:
+            raise HubError(f"{server.user}'s server answered HTTP {reply.status} for its terminals")
+        try:
+            return terminals_idle_seconds(reply.body, time.time())
+        except BadReply as error:
+            raise HubError(f"{server.user}'s server: {error}") from None
 
     async def stop_server(self, server: UserServer) -> None:
         """Ask the Hub to stop the server (it answers at once; stopping may take a moment)."""

@@ -12,7 +12,9 @@ and only the fields the page reads, so a 15,000-kernel reply costs the page 256 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from ..analysis.bounded import MAX_COUNT, cut, is_int, is_number
@@ -173,3 +175,29 @@ def check_telemetry(data: Any) -> Listed:
             }
         )
     return Listed(kept, len(gpus))
+
+
+MAX_TERMINALS = 256  # terminals of one server looked at
+
+
+def _stamp(value: Any) -> float:
+    """Unix seconds of an ISO 8601 time (UTC without a zone, as jupyter_server means it)."""
+    _need(isinstance(value, str), "a terminal without a readable `last_activity`")
+    try:
+        when = datetime.fromisoformat(cut(value, 64))
+    except ValueError:
+        raise BadReply("a terminal without a readable `last_activity`") from None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def terminals_idle_seconds(body: bytes, now: float) -> float | None:
+    """Seconds since the newest activity of a server's terminals (jupyter_server's
+    ``GET api/terminals``: name and ``last_activity`` in ISO 8601), None without a terminal; at
+    ``now`` (unix seconds). A time in the future counts as now: it can only keep a server."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadReply("the terminals reply is not JSON") from None
+    _need(isinstance(data, list), "the terminals reply is not a list")
+    stamps = [_stamp(t.get("last_activity") if isinstance(t, dict) else None) for t in data[:MAX_TERMINALS]]
+    return max(0.0, now - max(stamps)) if stamps else None

@@ -3,10 +3,12 @@ idle that long (or that has had no kernel that long), whatever tabs are open: Ju
 own idle culler counts every API request as activity, a forgotten tab's polls among them, so a
 GPU pod would be held for ever. A server with a busy kernel is never stopped, nor one that cannot
 be read (not answering, an error: the culler does not stop what it cannot see), and every stop
-is warned ``warn_before`` seconds ahead. The figures are the server's own jupyter_gpu kernels
+is warned ``warn_before`` seconds ahead, in the service's log, on the instructor's page and in the
+student's open JupyterLab tabs (a notification). The figures are the server's own jupyter_gpu kernels
 reply (``idle_seconds``), read as the instructor's page reads them; the stop goes through the
 Hub's API. Each warning and stop is logged (who and why) and kept for the instructor's page.
-Work in a terminal is not a kernel: a server with only that is "without a kernel".
+Input or output in a terminal (its ``last_activity``) is use too: a run there that prints keeps
+the server, a silent one does not.
 
 A student's server is her own code: it can keep itself alive by claiming a busy kernel. This
 culler frees GPUs forgotten by fair users; a Hub's own limits (``c.Spawner`` timeouts) bound the rest.
@@ -24,10 +26,11 @@ from typing import Any
 from ..analysis.idle import server_idle_seconds
 from ..analysis.units import format_duration
 from .fleet import Hub, HubError
-from .view import Reading
+from .view import Reading, UserServer
 
 log = logging.getLogger("jupyter_gpu.hub")
 KEEP_NOTES = 100  # the last warnings and stops the instructor's page shows
+BY = "the Hub's idle culler"  # who stops the server, as the student's notification says
 
 
 class ServerCuller:
@@ -66,13 +69,17 @@ class ServerCuller:
             self._quiet_since.pop(key)
         for key in set(self._warned_at) - seen:
             self._warned_at.pop(key)
+        notices: list[tuple[UserServer, float, str]] = []
         for reading in readings:
             try:
-                await self._one(reading, now)
+                await self._one(reading, now, notices)
             except HubError as error:  # e.g. stopped meanwhile: the others still get their turn
                 log.warning("jupyter-gpu culler: %s's server: %s", reading.server.user, error)
+        # After the pass's stops, all at once: a slow or dead server costs the pass one timeout
+        # at most, and a stop's time was set at its warning, whenever the notice arrives.
+        await asyncio.gather(*(self._tell(*notice) for notice in notices))
 
-    async def _one(self, reading: Reading, now: float) -> None:
+    async def _one(self, reading: Reading, now: float, notices: list[tuple[UserServer, float, str]]) -> None:
         key = (reading.server.user, reading.server.name)
         if reading.state != "ok" or reading.kernels is None:
             return  # what cannot be read is never stopped
@@ -81,19 +88,25 @@ class ServerCuller:
             self._quiet_since.pop(key, None)
         quiet = now - self._quiet_since.setdefault(key, now) if not kernels else 0.0
         idle = server_idle_seconds(kernels, quiet)
-        remaining = None if idle is None else max(0.0, self.idle_after - idle)
         warned = self._warned_at.get(key)
-        if remaining is None or remaining > self.warn_before:
+        if idle is None or self.idle_after - idle > self.warn_before:  # a busy kernel, or used
             self._warned_at.pop(key, None)  # used again: warn again next time
             return
-        why = _why(kernels, idle)
+        remaining = max(0.0, self.idle_after - idle)
+        # Close to a warning or a stop: input or output in a terminal is use too (asked only
+        # now, so a pass costs the servers in use nothing more); unreadable: HubError, no stop.
+        terminals = await self.hub.terminals_idle(reading.server)
+        if terminals is not None and terminals < idle:
+            idle, remaining = terminals, max(0.0, self.idle_after - terminals)
+            if remaining > self.warn_before:
+                self._warned_at.pop(key, None)
+                return
+        why = _why(kernels, idle, terminals is not None)
         if self.warn_before > 0 and warned is None:
             self._warned_at[key] = now
-            self._note(
-                "warn",
-                reading,
-                f"will be stopped in {format_duration(max(remaining, self.warn_before))}: {why}",
-            )
+            stop_in = max(remaining, self.warn_before)
+            self._note("warn", reading, f"will be stopped in {format_duration(stop_in)}: {why}")
+            notices.append((reading.server, stop_in, why))
             return
         if remaining > 0 or (warned is not None and now - warned < self.warn_before):
             return
@@ -101,6 +114,16 @@ class ServerCuller:
         self._quiet_since.pop(key, None)
         self._warned_at.pop(key, None)
         self._note("stop", reading, f"stopped: {why}")
+
+    async def _tell(self, server: UserServer, stop_in: float, why: str) -> None:
+        """The warning, in the student's JupyterLab tabs; one that fails is logged, and the stop
+        comes all the same (a student whose server cannot hear it has the page and the log)."""
+        try:
+            await self.hub.notify_stop(server, stop_in, why, BY)
+        except Exception as error:  # HubError, or anything else: never out of the pass
+            log.warning("jupyter-gpu culler: could not tell %s of the stop: %s", server.user, error)
+        else:
+            log.info("jupyter-gpu culler: told %s's tabs: the server stops in %.0f s", server.user, stop_in)
 
     def _note(self, action: str, reading: Reading, text: str) -> None:
         server = reading.server
@@ -117,9 +140,10 @@ class ServerCuller:
         )
 
 
-def _why(kernels: list[dict[str, Any]], idle: float | None) -> str:
+def _why(kernels: list[dict[str, Any]], idle: float | None, terminals: bool = False) -> str:
     if idle is None:
         return "a kernel is busy"
+    also = " and no terminal used" if terminals else ""
     if not kernels:
-        return f"no kernel for {format_duration(idle)}"
-    return f"every kernel idle for at least {format_duration(idle)}"
+        return f"no kernel{also} for {format_duration(idle)}"
+    return f"every kernel{' and terminal' if terminals else ''} idle for at least {format_duration(idle)}"

@@ -25,10 +25,12 @@ from ..nvml.xid_events import XidWatcher
 from . import kernel_env, metrics
 from .culler import Culler
 from .exits import ExitLog
+from .full_history import FullHistory
 from .gpu_assignment import GpuAssigner, parse_assign
 from .handlers import route_table
 from .kernel_env import Quota
 from .kernels import KernelView, notebook_paths
+from .notices import StopNotices
 from .owners import OwnerMemo
 from .quota_watch import QuotaWatch
 from .sampler import Sampler
@@ -331,6 +333,8 @@ class GPUMonitor(ExtensionApp):
             else None
         )
         self.owners = OwnerMemo()
+        self.full_history = FullHistory()
+        self.notices = StopNotices(self.serverapp.event_logger, self.log)
         sessions = self.serverapp.session_manager
         self.exits = ExitLog(
             self.serverapp.kernel_manager,

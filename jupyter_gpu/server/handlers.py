@@ -20,17 +20,28 @@ from ..analysis.idle import IDLE_STATES
 from .actions import ActionRefused, free_cache
 from .host import host_reply
 from .kernels import kernel_model
-from .telemetry import devices_payload, telemetry_json
+from .notices import BadNotice, parse
+from .telemetry import devices_payload, telemetry_json, telemetry_rest
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from .app import GPUMonitor
-    from .schema.replies import DevicesReply, ExitsReply, FreeCacheReply, HostReply, KernelsReply
+    from .sampler import Sample
+    from .schema.replies import (
+        DevicesReply,
+        ExitsReply,
+        FreeCacheReply,
+        HostReply,
+        KernelsReply,
+        ServerStopNoticeReply,
+    )
 
     # What ``send`` takes: a reply, or its body already encoded (telemetry and cells are
     # assembled from pre-encoded parts).
-    Body: TypeAlias = DevicesReply | KernelsReply | FreeCacheReply | HostReply | ExitsReply | str
+    Body: TypeAlias = (
+        DevicesReply | KernelsReply | FreeCacheReply | HostReply | ExitsReply | ServerStopNoticeReply | str
+    )
 
 AUTH_RESOURCE = "gpu"
 # A page load asks for the whole history (~1.2 kB per sample for two GPUs, ~0.7 MB for the default
@@ -107,17 +118,40 @@ class TelemetryHandler(GPUHandler):
         since = self._since()
         sampler = self.monitor.sampler
         self.monitor.owners.update(self.monitor.kernels.last)
+        history = sampler.since(since)
+        if since is None and history and sampler.status.available:
+            await self._send_full(history)
+            return
         await self.send_large(
             telemetry_json(
                 sampler.status,
                 sampler.latest(),
-                sampler.since(since),
+                history,
                 simulated=self.monitor.simulated,
                 interval=sampler.interval,
                 now=time.time(),
                 owners=self.monitor.owners.reply(),
             )
         )
+
+    async def _send_full(self, history: list[Sample]) -> None:
+        """A page load's reply: the history thinned, encoded and gzipped once per sample."""
+        sampler = self.monitor.sampler
+        rest = telemetry_rest(
+            sampler.status,
+            sampler.latest(),
+            simulated=self.monitor.simulated,
+            interval=sampler.interval,
+            now=time.time(),
+            owners=self.monitor.owners.reply(),
+        )
+        gzipped = "gzip" in self.request.headers.get("Accept-Encoding", "")
+        body = await self.monitor.full_history.reply(history, rest, gzip=gzipped)
+        self.set_header("Cache-Control", "no-store")
+        if gzipped:
+            self.set_header("Content-Encoding", "gzip")
+            self.set_header("Vary", "Accept-Encoding")
+        self.finish(body)
 
     def _since(self) -> float | None:
         raw = self.get_query_argument("since", None)
@@ -240,6 +274,25 @@ class FreeCacheHandler(GPUHandler):
         return 404, f"No kernel with id {kernel_id[:80]!r} on this server."
 
 
+class ServerStopNoticeHandler(GPUHandler):
+    """A notice that this server will be stopped (the Hub's idle-server culler posts it), passed to
+    the user's open JupyterLab tabs."""
+
+    # Not activity: a notice that kept the server alive would never come true, and the Hub's culler
+    # would warn again and again.
+    _track_activity = False
+
+    @web.authenticated
+    @authorized
+    def post(self) -> None:
+        self.check_params()
+        try:
+            stop_in, reason, by = parse(self.request.body)
+        except BadNotice as error:
+            raise web.HTTPError(400, str(error)) from None
+        self.send(self.monitor.notices.tell(stop_in, reason, by))
+
+
 def route_table(monitor: GPUMonitor) -> list[tuple[str, type[GPUHandler], dict[str, GPUMonitor]]]:
     """Routes relative to base_url (the ExtensionApp prepends it)."""
     kwargs = {"monitor": monitor}
@@ -251,4 +304,5 @@ def route_table(monitor: GPUMonitor) -> list[tuple[str, type[GPUHandler], dict[s
         (r"/api/gpu/exits", ExitsHandler, kwargs),
         (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/cells", CellsHandler, kwargs),
         (r"/api/gpu/kernels/(?P<kernel_id>[^/]+)/free-cache", FreeCacheHandler, kwargs),
+        (r"/api/gpu/notices/server-stop", ServerStopNoticeHandler, kwargs),
     ]

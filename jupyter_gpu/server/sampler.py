@@ -44,11 +44,23 @@ class Sample:
     gpus: tuple[GpuSample, ...]
     json_full: str = ""
     json_history: str = ""
+    # The history form without process lists, and what they were: a full-history reply sends this
+    # form where a sample's lists repeat the sample before it (telemetry.py).
+    json_lean: str = ""
+    processes_key: str = ""
 
     @classmethod
     def encode(cls, t: float, gpus: tuple[GpuSample, ...]) -> Sample:
         history = [_history_gpu(gpu) for gpu in gpus]
-        return cls(t, gpus, json.dumps({"t": t, "gpus": gpus}), json.dumps({"t": t, "gpus": history}))
+        lean = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in history]
+        return cls(
+            t,
+            gpus,
+            json.dumps({"t": t, "gpus": gpus}),
+            json.dumps({"t": t, "gpus": history}),
+            json.dumps({"t": t, "gpus": lean}),
+            json.dumps([gpu.get("processes") for gpu in history]),
+        )
 
 
 def _history_gpu(gpu: GpuSample) -> GpuSample:

@@ -58,16 +58,30 @@ def telemetry_json(
     now: float,
     owners: list[ProcessOwner],
 ) -> str:
-    """The telemetry response body, assembled from the samples' pre-encoded JSON.
+    """The telemetry response body, assembled from the samples' pre-encoded JSON (the full
+    history's is full_history.py's).
 
     ``owners`` names the notebook of each GPU process the kernel view attributed (owners.py), so
     the charts can stack each GPU's memory by notebook over the whole history.
     """
+    rest = telemetry_rest(status, latest, simulated=simulated, interval=interval, now=now, owners=owners)
+    history_json = ",".join(sample.json_history for sample in history) if status.available else ""
+    return f'{{"history": [{history_json}], {rest}'
+
+
+def telemetry_rest(
+    status: Status,
+    latest: Sample | None,
+    *,
+    simulated: bool,
+    interval: float,
+    now: float,
+    owners: list[ProcessOwner],
+) -> str:
+    """Every field of the reply but ``history``, as JSON from after the opening brace (the history
+    goes first, so that a full reply can share its compressed history: full_history.py)."""
     head = json.dumps(
         {**header(status), "simulated": simulated, "interval": interval, "now": now, "owners": owners}
     )
-    if not status.available:
-        return head[:-1] + ', "latest": null, "history": []}'
-    latest_json = latest.json_full if latest else "null"
-    history_json = ",".join(sample.json_history for sample in history)
-    return f'{head[:-1]}, "latest": {latest_json}, "history": [{history_json}]}}'
+    latest_json = latest.json_full if latest and status.available else "null"
+    return f'{head[1:-1]}, "latest": {latest_json}}}'

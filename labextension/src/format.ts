@@ -170,6 +170,22 @@ export function formatAge(seconds: number | null | undefined): string {
   return `${Math.round(seconds / 3600)} h`;
 }
 
+/**
+ * Time left before something happens, to the second under an hour: `45 s`, `1 min 0 s`,
+ * `2 h 5 min` (format_countdown of jupyter_gpu/analysis/units.py). formatAge's `1 min` would
+ * read as anything from 30 s to 90 s to someone about to lose her server.
+ */
+export function formatCountdown(seconds: number): string {
+  const total = isNumber(seconds) ? Math.max(0, Math.round(seconds)) : 0;
+  if (total < 60) {
+    return `${total} s`;
+  }
+  if (total < 3600) {
+    return `${Math.floor(total / 60)} min ${total % 60} s`;
+  }
+  return `${Math.floor(total / 3600)} h ${Math.floor((total % 3600) / 60)} min`;
+}
+
 /** One piece of a sentence from the server: plain text, or a `backticked` command or name. */
 export interface IProsePart {
   text: string;

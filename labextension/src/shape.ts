@@ -13,6 +13,38 @@ import type {
 } from './types';
 
 /**
+ * A reply's history with every process list in place: a full reply leaves a
+ * GPU's `processes` out where they repeat the sample before it (the server
+ * sends an hour of 8 GPUs' 32 processes each only where they change). A GPU
+ * is matched by its place, then its index; a lost GPU has no list to fill.
+ */
+export function fillProcesses(history: Sample[]): Sample[] {
+  let before: Sample | undefined;
+  return history.map(sample => {
+    const prior = before;
+    before = sample;
+    if (
+      !prior ||
+      sample.gpus.every(g => g.state !== 'ok' || 'processes' in g)
+    ) {
+      return sample;
+    }
+    const gpus = sample.gpus.map((g, i) => {
+      if (g.state !== 'ok' || 'processes' in g) {
+        return g;
+      }
+      const p =
+        prior.gpus[i]?.index === g.index
+          ? prior.gpus[i]
+          : prior.gpus.find(x => x.index === g.index);
+      return { ...g, processes: p?.processes ?? null };
+    });
+    before = { ...sample, gpus };
+    return before;
+  });
+}
+
+/**
  * Merge newly fetched samples into the history kept by the browser: sorted by
  * time, one sample per timestamp (the newer copy wins), and only samples within
  * `windowSeconds` of the newest one.

@@ -60,6 +60,7 @@ export interface Replies {
   free_cache: FreeCacheReply;
   host: HostReply;
   exits: ExitsReply;
+  server_stop_notice: ServerStopNoticeReply;
 }
 /**
  * GET {base_url}api/gpu/devices: the driver and what does not change about each GPU (and each MIG device) while the server runs.
@@ -207,7 +208,7 @@ export interface TelemetryReply {
    */
   latest: Sample | null;
   /**
-   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'.
+   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples older than the last 10 minutes are thinned to one per 3 seconds (the newest of each), and a sample whose process lists are those of the sample before it in the reply leaves `processes` out.
    */
   history: Sample[];
 }
@@ -349,7 +350,7 @@ export interface GpuSample {
    */
   remapped_rows_failed?: boolean | null;
   /**
-   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them, and on a GPU whose MIG devices list them.
+   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them, and on a GPU whose MIG devices list them. Left out in a full history's sample whose lists repeat the sample before it (the same as there).
    */
   processes?: GpuProcess[] | null;
   unsupported: Unsupported;
@@ -856,4 +857,29 @@ export interface KernelExit {
    * Execution count of the cell that was running, when the kernel had said so; null otherwise.
    */
   last_cell: number | null;
+}
+/**
+ * POST {base_url}api/gpu/notices/server-stop with the JSON body {"stop_in_seconds": 0 to 86400, "reason": a string (cut at 300 characters), "by": a string of 1 to 100 characters}: the notice as the server passed it to the open JupyterLab tabs (the event events/server_stop.json). Sent by the Hub's idle-server culler before it stops the server; the request is not user activity. Not an NVML reply: no `state`.
+ */
+export interface ServerStopNoticeReply {
+  /**
+   * Version of these schemas. It changes when a reply changes in a way an existing client could misread.
+   */
+  version: 1;
+  /**
+   * Seconds from the notice to the stop.
+   */
+  stop_in_seconds: number;
+  /**
+   * Why, as the notice said it, cut at 300 characters.
+   */
+  reason: string;
+  /**
+   * Who stops the server.
+   */
+  by: string;
+  /**
+   * The sentence the notification and the server log carry.
+   */
+  message: string;
 }

@@ -1,6 +1,7 @@
 """Fair share in the panel (issue #28): each kernel's GPU memory against the quota the server
 starts kernels with, marked when the kernel holds more (memory PyTorch does not govern), and the
-GPU the server assigned it."""
+GPU the server assigned it; and the notices the owner gets: a kernel over its quota, the Hub's
+warning before it stops her server."""
 
 from __future__ import annotations
 
@@ -46,3 +47,22 @@ def test_the_owner_is_told_when_a_kernel_goes_over_its_quota(page, lab_factory):
     told = page.get_by_text("The kernel of course/cupy.ipynb is over the quota: it held 3.00 GiB on GPU 1")
     told.wait_for(timeout=30_000)
     screenshot(page, "notification-kernel-over-quota")
+
+
+def test_the_student_is_told_before_the_hub_stops_her_server(page, lab_factory):
+    """What the Hub's idle-server culler posts (tests/test_hub_culler.py sends it for real),
+    shown as JupyterLab shows the quota's notice."""
+    lab = lab_factory()
+    open_lab_listening(page, lab)
+    notice = {
+        "stop_in_seconds": 60,
+        "reason": "every kernel idle for at least 30 min",
+        "by": "the Hub's idle culler",
+    }
+    lab.api("POST", "api/gpu/notices/server-stop", notice)
+    told = page.get_by_text(
+        "Your server will be stopped in 1 min 0 s by the Hub's idle culler: every kernel idle for "
+        "at least 30 min. Run a cell to keep it."
+    )
+    told.wait_for(timeout=30_000)
+    screenshot(page, "notification-server-stop")

@@ -6,6 +6,7 @@ roles the README gives (``hub_config`` below is the README's block plus test plu
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,8 @@ from typing import Any, TypeVar
 
 import pytest
 import requests
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from support.paths import READINGS, ROOT
 
@@ -203,6 +207,11 @@ class RealHub:
         reply.raise_for_status()
         return {k["id"] for k in reply.json()}
 
+    def events(self, user: str) -> EventStream:
+        """The user's server's event stream, subscribed to as her JupyterLab tab subscribes."""
+        url = self.url.replace("http://", "ws://", 1) + f"/user/{user}/api/events/subscribe"
+        return EventStream(url, self.admin_token)
+
     def login(self, name: str) -> requests.Session:
         """A browser-like session logged in to the Hub as ``name`` (DummyAuthenticator)."""
         session = requests.Session()
@@ -222,6 +231,60 @@ class RealHub:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
         self._log.close()
+
+
+class EventStream:
+    """A server's events (``api/events/subscribe``), read on a thread of its own into ``events``,
+    each with ``received``: when it came (``time.monotonic()``). Ends when the server goes."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        request = HTTPRequest(url, headers={"Authorization": f"token {token}"}, connect_timeout=30)
+        self._socket = asyncio.run_coroutine_threadsafe(self._connect(request), self._loop).result(60)
+        self._reading = asyncio.run_coroutine_threadsafe(self._read(), self._loop)
+
+    @staticmethod
+    async def _connect(request: HTTPRequest) -> WebSocketClientConnection:
+        return await websocket_connect(request)
+
+    async def _read(self) -> None:
+        while (message := await self._socket.read_message()) is not None:
+            self.events.append({**json.loads(message), "received": time.monotonic()})
+
+    def of(self, schema_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["schema_id"] == schema_id]
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._socket.close)
+        try:
+            self._reading.result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+
+class TerminalInUse(EventStream):
+    """One of the user's JupyterLab terminals with someone working in it: a command typed every
+    second, its output read back (the terminal's activity), until ``close``."""
+
+    def __init__(self, hub: RealHub, user: str) -> None:
+        name = hub.admin("POST", f"user/{user}/api/terminals").json()["name"]
+        ws = hub.url.replace("http://", "ws://", 1)
+        super().__init__(f"{ws}/user/{user}/terminals/websocket/{name}", hub.admin_token)
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                await self._socket.write_message(json.dumps(["stdin", "echo working\r"]))
+            except WebSocketClosedError:
+                return
+            if await self._socket.read_message() is None:
+                return
+            await asyncio.sleep(1.0)  # a person typing, not a wait for anything
 
 
 def page_xsrf(html: str) -> str:

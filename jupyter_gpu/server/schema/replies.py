@@ -232,7 +232,8 @@ class GpuSample(TypedDict):
     # A remapping failed: the GPU needs service. Only in `latest`; read on the slower cadence.
     remapped_rows_failed: NotRequired[bool | None]
     # Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list
-    # them, and on a GPU whose MIG devices list them.
+    # them, and on a GPU whose MIG devices list them. Left out in a full history's sample whose
+    # lists repeat the sample before it (the same as there).
     processes: NotRequired[list[GpuProcess] | None]
     unsupported: Unsupported
 
@@ -271,7 +272,9 @@ class TelemetryReply(TypedDict):
     # The newest sample, with process lists; null until the first sample and unless `state` is 'ok'.
     latest: Sample | None
     # Samples oldest first, with the 32 largest processes of each GPU and without memory error
-    # counts; empty unless `state` is 'ok'.
+    # counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples older
+    # than the last 10 minutes are thinned to one per 3 seconds (the newest of each), and a sample
+    # whose process lists are those of the sample before it in the reply leaves `processes` out.
     history: list[Sample]
 
 
@@ -637,6 +640,25 @@ class ExitsReply(TypedDict):
     exits: list[KernelExit]
 
 
+class ServerStopNoticeReply(TypedDict):
+    """POST {base_url}api/gpu/notices/server-stop with the JSON body {"stop_in_seconds": 0 to 86400,
+    "reason": a string (cut at 300 characters), "by": a string of 1 to 100 characters}: the notice
+    as the server passed it to the open JupyterLab tabs (the event events/server_stop.json). Sent by
+    the Hub's idle-server culler before it stops the server; the request is not user activity. Not
+    an NVML reply: no `state`.
+    """
+
+    version: Version
+    # Seconds from the notice to the stop.
+    stop_in_seconds: float
+    # Why, as the notice said it, cut at 300 characters.
+    reason: str
+    # Who stops the server.
+    by: str
+    # The sentence the notification and the server log carry.
+    message: str
+
+
 class Replies(TypedDict):
     """The routes under {base_url}api/gpu/, each named by its path with its reply's schema. Not itself
     a reply: where tools (the TypeScript generator, the tests) start.
@@ -649,3 +671,4 @@ class Replies(TypedDict):
     free_cache: FreeCacheReply
     host: HostReply
     exits: ExitsReply
+    server_stop_notice: ServerStopNoticeReply

@@ -9,6 +9,7 @@ import {
   formatBytesChange,
   formatBytesOf,
   formatCelsius,
+  formatCountdown,
   formatMHz,
   formatPercent,
   formatPower,
@@ -26,6 +27,7 @@ const TABLE: {
   bytes_of: [number, number | null, string][];
   changes: [number, string][];
   durations: [number, string][];
+  countdowns: [number, string][];
 } = JSON.parse(
   readFileSync(
     // compiled to lib-test/__tests__/, three levels below the repository root
@@ -115,5 +117,13 @@ describe('server sentences', () => {
     assert.deepEqual(proseParts('no code here'), [
       { text: 'no code here', code: false }
     ]);
+  });
+});
+
+describe('formatCountdown', () => {
+  it('prints the shared table exactly as the Python side does', () => {
+    for (const [seconds, text] of TABLE.countdowns) {
+      assert.equal(formatCountdown(seconds), text, `${seconds} s`);
+    }
   });
 });

@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import {
   allocatorMissing,
   busiestGpu,
+  fillProcesses,
   gpuForUuid,
   holders,
   kernelLabel,
@@ -45,6 +46,31 @@ function gpu(index: number, over: Partial<GpuSample> = {}): GpuSample {
 function sample(t: number, gpus: GpuSample[]): Sample {
   return { t, gpus };
 }
+
+describe('fillProcesses', () => {
+  it('carries a left-out process list forward from the sample before, GPU by GPU', () => {
+    const a = [{ pid: 1, used_memory_bytes: GiB }];
+    const b = [{ pid: 2, used_memory_bytes: 2 * GiB }];
+    const lost = gpu(1, { state: 'lost', error: 'GPU 1 is lost' });
+    const history = [
+      sample(1, [gpu(0, { processes: a }), gpu(1, { processes: null })]),
+      sample(2, [gpu(0), gpu(1)]),
+      sample(3, [gpu(0, { processes: b }), lost]),
+      sample(4, [gpu(0), gpu(1)])
+    ];
+    const filled = fillProcesses(history);
+    assert.deepEqual(
+      filled.map(s => s.gpus.map(g => g.processes)),
+      [
+        [a, null],
+        [a, null],
+        [b, undefined],
+        [b, null]
+      ]
+    );
+    assert.equal(filled[0], history[0]);
+  });
+});
 
 describe('mergeHistory', () => {
   it('sorts, de-duplicates by time (newer copy wins) and trims to the window', () => {
