@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
+
 from support.ddp_kernel import Kernel
 from support.paths import ROOT
 from support.slurm_cluster import SlurmCluster
