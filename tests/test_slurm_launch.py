@@ -18,10 +18,12 @@ from typing import Any
 
 import psutil
 import pytest
+from support.ddp_kernel import Kernel
 from support.slurm_cluster import SlurmCluster, need_slurm
 from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 
+from jupyter_gpu.ddp.slurm import SlurmError, allocation
 from jupyter_gpu.ddp.slurm_rank import CONFIG_ENV
 
 LAUNCH = "%%ddp_launch --slurm -n 2 --backend gloo"
@@ -149,3 +151,39 @@ def _is_rank(info: dict[str, Any]) -> bool:
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_srun_refusing_the_step_is_one_line_in_its_own_words(
+    kernel: SlurmKernel, cluster: SlurmCluster
+) -> None:
+    cell = kernel.run("%%ddp_launch --slurm -n 3 --backend gloo\nprint('never')\n", timeout=120)
+    assert cell.error is not None
+    assert cell.error["evalue"] == (
+        f"srun refused the job step: srun: error: Unable to create step for job {kernel.job}: "
+        "More processors requested than permitted"
+    )
+    assert "never" not in cell.stdout
+    cell = kernel.run("%%ddp_launch --slurm -n 1 --nodes 3\nprint('never')\n")
+    assert cell.stderr.strip() == f"UsageError: --nodes 3: job {kernel.job} has 2 nodes (n1,n2)"
+
+
+def test_a_rank_exiting_on_node_2_is_named_and_ends_the_step(
+    kernel: SlurmKernel, cluster: SlurmCluster
+) -> None:
+    cell = kernel.run(f"{LAUNCH}\nimport os\nif RANK == 3:\n    os._exit(3)\ndist.barrier()\n", timeout=240)
+    assert cell.error is not None
+    assert cell.error["evalue"] == "rank 3 (on n2) exited with code 3", cell.traceback
+    wait_until("the launch's job step to leave squeue", lambda: not _steps(cluster, kernel.job), timeout=60)
+
+
+def test_outside_an_allocation_and_without_slurm_the_error_says_so(
+    ddp_kernel: Kernel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cell = ddp_kernel.run("%%ddp_launch --slurm -n 2\nprint('never')\n")
+    assert cell.stderr.startswith(
+        "UsageError: --slurm runs inside a Slurm allocation and this kernel is in none"
+    )
+    assert cell.stderr.count("\n") == 1 and "never" not in cell.stdout
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SlurmError, match=r"^--slurm: no Slurm on this machine \(srun is not on PATH\)$"):
+        allocation()
