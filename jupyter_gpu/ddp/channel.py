@@ -3,12 +3,13 @@
 Commands (cell source, pushed objects) and replies (returned values, errors) travel over a Unix
 socket in the session's own directory (``mkdtemp``: mode 0700), so no other uid can connect, and
 each connection must also answer ``multiprocessing.connection``'s HMAC challenge with the
-session's key, which reaches the ranks only through the process launcher. Nothing of a session
-is in torch's store, on a TCP port, or in a file another user can read: what is sent can be
-unpickled because only this user's processes holding the key can be at the other end.
+session's key, which reaches the ranks only through the process launcher. On one node nothing
+of a session is in torch's store, on a TCP port, or in a file another user can read: what is
+sent can be unpickled because only this user's processes holding the key can be at the other end.
 
-Ranks on other nodes (``--slurm``) reach the kernel over TCP instead, with TLS and the same
-challenge (``tls.py``); everything above the transport is the same.
+Ranks on other nodes (``--slurm``) reach the kernel over TCP instead: TLS with a per-session
+certificate they pin, and the same challenge inside (``tls.py``); the port closes once every
+rank is in. Everything above the transport is the same.
 
 Messages are ``(seq, payload)`` pickles: a reply that arrives after its cell was given up (an
 interrupt, a timeout) is recognised by its number and dropped.
