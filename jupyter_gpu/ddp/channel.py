@@ -1,11 +1,15 @@
-"""The private channel between a kernel and the ranks it started on this node.
+"""The private channel between a kernel and the ranks it started.
 
 Commands (cell source, pushed objects) and replies (returned values, errors) travel over a Unix
 socket in the session's own directory (``mkdtemp``: mode 0700), so no other uid can connect, and
 each connection must also answer ``multiprocessing.connection``'s HMAC challenge with the
-session's key, which reaches the ranks only through the process launcher. Nothing of a session
-is in torch's store, on a TCP port, or in a file another user can read: what is sent can be
-unpickled because only this user's processes holding the key can be at the other end.
+session's key, which reaches the ranks only through the process launcher. On one node nothing
+of a session is in torch's store, on a TCP port, or in a file another user can read: what is
+sent can be unpickled because only this user's processes holding the key can be at the other end.
+
+Ranks on other nodes (``--slurm``) reach the kernel over TCP instead: TLS with a per-session
+certificate they pin, and the same challenge inside (``tls.py``); the port closes once every
+rank is in. Everything above the transport is the same.
 
 Messages are ``(seq, payload)`` pickles: a reply that arrives after its cell was given up (an
 interrupt, a timeout) is recognised by its number and dropped.
@@ -23,6 +27,8 @@ from collections.abc import Iterable
 from multiprocessing.connection import Client, Connection, Listener, wait
 from typing import Any
 
+from . import tls
+
 SOCKET_NAME = "channel"
 # A rank's connection must be up within this long of its start, else the rank gives up (the
 # kernel sees it exit): the accept thread has nothing else to do.
@@ -35,14 +41,25 @@ def new_key() -> bytes:
 
 
 class KernelEnd:
-    """The kernel's side: accepts one connection per local rank, sends commands, takes replies."""
+    """The kernel's side: accepts one connection per rank it serves, sends commands, takes replies.
 
-    def __init__(self, session_dir: str, key: bytes, ranks: int) -> None:
-        self.path = os.path.join(session_dir, SOCKET_NAME)
-        self._listener = Listener(self.path, "AF_UNIX", authkey=key)
+    ``host`` None: a Unix socket in ``session_dir`` (the ranks are on this node); else a TLS
+    port on ``host`` (an address the nodes reach), whose certificate's fingerprint is ``pin``."""
+
+    def __init__(self, session_dir: str, key: bytes, ranks: int, host: str | None = None) -> None:
+        self._listener: Listener | tls.TlsListener
+        self.pin: bytes | None = None
+        if host is None:
+            self.path = os.path.join(session_dir, SOCKET_NAME)
+            self._listener = Listener(self.path, "AF_UNIX", authkey=key)
+        else:
+            certificate = tls.new_certificate()
+            self._listener = tls.TlsListener(host, key, certificate, session_dir)
+            self.path = self._listener.address
+            self.pin = certificate.fingerprint
         self._expected = ranks
         self._lock = threading.Lock()
-        self._conns: dict[int, Connection] = {}  # local rank -> its connection
+        self._conns: dict[int, Connection | tls.Framed] = {}  # local rank -> its connection
         self._queued: list[bytes] = []  # sent before every rank connected: replayed on connect
         self.lost: set[int] = set()  # local ranks whose connection closed
         self._closed = False
@@ -95,7 +112,8 @@ class KernelEnd:
             time.sleep(timeout)
             return []
         found = []
-        for conn in wait(list(conns), timeout):
+        buffered = [c for c in conns if isinstance(c, tls.Framed) and c.pending()]  # TLS has read ahead
+        for conn in buffered or wait(list(conns), timeout):  # type: ignore[arg-type]
             local = conns[conn]  # type: ignore[index]
             try:
                 got, payload = pickle.loads(conn.recv_bytes())  # type: ignore[union-attr]
@@ -114,15 +132,22 @@ class KernelEnd:
             for conn in self._conns.values():
                 conn.close()
             self._conns.clear()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        if self.pin is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
 
 class RankEnd:
-    """A rank's side: connect, say which local rank it is, then take commands and reply."""
+    """A rank's side: connect, say which of the kernel's ranks it is, then take commands and reply.
 
-    def __init__(self, path: str, key: bytes, local_rank: int) -> None:
-        self._conn = Client(path, "AF_UNIX", authkey=key)
+    ``pin`` None: ``path`` is the kernel's Unix socket; else ``host:port`` of its TLS port."""
+
+    def __init__(self, path: str, key: bytes, local_rank: int, pin: bytes | None = None) -> None:
+        self._conn: Connection | tls.Framed
+        if pin is None:
+            self._conn = Client(path, "AF_UNIX", authkey=key)
+        else:
+            self._conn = tls.connect(path, key, pin, CONNECT_TIMEOUT_S)
         self._conn.send(local_rank)
 
     def next(self) -> tuple[int, Any]:

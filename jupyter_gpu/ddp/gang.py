@@ -84,6 +84,7 @@ class Gang:
         self._entrypoint = entrypoint
         self._args = args
         self.ranks: list[int] = []
+        self.hosts: dict[int, str] = {}  # rank -> node, where ranks span several (--slurm)
         self.world_size = 0
         self.log_dir = ""  # the session's directory (0700): logs, channel socket, FileStore
         self.pump: LogPump | None = None
@@ -197,10 +198,8 @@ class Gang:
         stop_on_error: bool = True,
         got: Collected | None = None,
     ) -> Collected:
-        """Wait for the replies to ``seq`` while watching the processes.
-
-        Fills ``got`` in place, so a caller that catches KeyboardInterrupt keeps what arrived.
-        """
+        """Wait for the replies to ``seq`` while watching the processes. Fills ``got`` in place,
+        so a caller that catches KeyboardInterrupt keeps what arrived."""
         assert self.channel is not None
         got = got if got is not None else Collected()
         local = {rank: i for i, rank in enumerate(self.ranks)}

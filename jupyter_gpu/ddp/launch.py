@@ -65,9 +65,14 @@ def cell_gang(options: WorkerOptions) -> Gang:
                 list(sys.path),
                 os.getcwd(),
                 options,
+                gang.channel.pin,
             ),
         )
 
+    if options.slurm:
+        from .slurm_gang import SlurmGang
+
+        return SlurmGang(options, args)
     return Gang(options, worker.main, args)
 
 
@@ -102,7 +107,10 @@ def run_cell(
             got = gang.collect(seq, deadline)
             if report.incomplete(got, len(gang.ranks)):
                 raise _give_up(
-                    gang, report.error_for(got, gang.ranks, "\n" + source if seq else "", label, cell.timeout)
+                    gang,
+                    report.error_for(
+                        got, gang.ranks, "\n" + source if seq else "", label, cell.timeout, hosts=gang.hosts
+                    ),
                 )
         gang.stop(clean=True)
         on_figures(rank_figures(got.replies))

@@ -19,6 +19,7 @@ class WorkerOptions:
     start_method: str = "forkserver"
     device: str = "auto"  # "cpu": the ranks see no GPU (gloo on the CPU on a GPU machine)
     fsdp: bool = False
+    slurm: bool = False  # srun starts nproc ranks on each of nnodes nodes of the kernel's allocation
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ class Death:
     signal_name: str | None
     message: str  # the traceback in elastic's error file: the rank raised before it ended
     stderr_tail: list[str]
+    node: str = ""  # --slurm: the host it ran on (its pid is that host's, not this one's)
 
     @property
     def ending(self) -> str:
@@ -32,8 +33,13 @@ class Death:
         lines = [line for line in self.message.splitlines() if line.strip()]
         return lines[-1].strip() if lines else None
 
+    @property
+    def who(self) -> str:
+        """'rank 1 (pid 4242)', or 'rank 3 (on n2)' for a rank on another host."""
+        return f"rank {self.rank} ({f'on {self.node}' if self.node else f'pid {self.pid}'})"
+
     def describe(self) -> str:
-        return f"rank {self.rank} (pid {self.pid}) {self.ending}"
+        return f"{self.who} {self.ending}"
 
 
 @dataclass

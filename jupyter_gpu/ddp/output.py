@@ -50,6 +50,7 @@ class _Log:
     rank: int
     name: str  # stdout | stderr
     path: str
+    tag: str  # what marks its lines when several ranks are shown: "[rank 3] ", "[n2 rank 3] "
     handle: Any = None
     decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     at_line_start: bool = True
@@ -69,10 +70,12 @@ class _Log:
 class LogPump:
     """Tails the ranks' log files and copies new text to the current target cell."""
 
-    def __init__(self, logs: dict[int, tuple[str, str]]) -> None:
-        """``logs``: global rank -> (stdout path, stderr path)."""
+    def __init__(self, logs: dict[int, tuple[str, str]], hosts: dict[int, str] | None = None) -> None:
+        """``logs``: global rank -> (stdout path, stderr path); ``hosts``: rank -> its node,
+        which then marks its lines too (ranks on several nodes)."""
+        hosts = hosts or {}
         self._logs = [
-            _Log(rank, name, path)
+            _Log(rank, name, path, f"[{hosts[rank]} rank {rank}] " if rank in hosts else f"[rank {rank}] ")
             for rank, paths in sorted(logs.items())
             for name, path in zip(("stdout", "stderr"), paths)
         ]
@@ -131,7 +134,7 @@ class LogPump:
 
     @staticmethod
     def _prefixed(log: _Log, text: str) -> str:
-        tag = f"[rank {log.rank}] "
+        tag = log.tag
         lines = text.splitlines(keepends=True)
         out = []
         for line in lines:

@@ -20,13 +20,14 @@ CommandKind = Literal["init", "cell", "push", "pull", "save", "load", "stop"]
 class WorkerConfig:
     """Passed to every rank's entry point at start (pickled by the process launcher)."""
 
-    channel: str  # the kernel's Unix socket, in the session's 0700 directory
+    channel: str  # the kernel's Unix socket, in the session's 0700 directory; --slurm: host:port
     key: bytes  # answers the channel's challenge; travels only through the process launcher
     store: str | None  # one node: the process group's FileStore, beside the socket; else env://
     kernel_pid: int
     sys_path: list[str]
     cwd: str
     options: WorkerOptions  # the launch's options, whole: a new option needs no copying here
+    pin: bytes | None = None  # --slurm: SHA-256 of the channel's TLS certificate, which ranks check
 
 
 @dataclass

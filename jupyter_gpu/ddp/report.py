@@ -27,8 +27,12 @@ def error_for(
     label: str,
     timeout: float | None,
     stopped: bool = True,
+    hosts: Mapping[int, str] | None = None,
 ) -> DDPError:
-    """Explain why ``got`` is not a full set of successful replies (the ranks are already down)."""
+    """Explain why ``got`` is not a full set of successful replies (the ranks are already down).
+
+    ``hosts`` (rank -> node) names the node of a failing rank, where ranks span several."""
+    hosts = hosts or {}
     dead = got.death.rank if got.death is not None else None
     silent = [r for r in ranks if r not in got.replies and r != dead]
     tail_note = [f"\n({ranks_text(silent)} stopped)\n"] if silent and stopped else []
@@ -40,7 +44,7 @@ def error_for(
             # It raised: what it raised comes first, however the process then ended (a
             # library's threads can still turn a plain exit into SIGABRT).
             lines = [
-                f"Error on rank {death.rank} (pid {death.pid}):\n",
+                f"Error on {death.who}:\n",
                 death.message.rstrip("\n") + "\n",
                 f"(rank {death.rank} then {death.ending})\n",
             ]
@@ -53,10 +57,11 @@ def error_for(
     if failures:
         first = failures[0]
         err = first.error
-        lines = [f"Error on rank {first.rank}:\n"]
+        node = f" on {hosts[first.rank]}" if first.rank in hosts else ""
+        lines = [f"Error on rank {first.rank}{node}:\n"]
         lines += render(err, cell_source, label) if err is not None else ["(no traceback)\n"]
         lines += [f"rank {other.rank} also failed: {_summary(other)}\n" for other in failures[1:]]
-        return DDPError(f"rank {first.rank}: {_summary(first)}", lines + tail_note)
+        return DDPError(f"rank {first.rank}{node}: {_summary(first)}", lines + tail_note)
     if got.aborted:
         msg = "the ranks of another node failed, so this node's ranks were stopped"
         return DDPError(msg, [msg + "\n"])

@@ -32,7 +32,8 @@ from .protocol import Command, Reply, WorkerConfig
 def main(config: WorkerConfig) -> None:
     """Run one rank until the kernel says stop (or dies)."""
     detach_from_terminal_signals()
-    bind_to_kernel(config.kernel_pid)
+    if not config.options.slurm:  # under srun the kernel is on another host: the step ends us
+        bind_to_kernel(config.kernel_pid)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):  # files behind them: flush per line, live output
             stream.reconfigure(line_buffering=True)
@@ -65,7 +66,9 @@ class _Rank:
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
-        self.channel = RankEnd(config.channel, config.key, self.local_rank)
+        # The kernel serves every rank of a --slurm launch on one channel: they say their rank.
+        which = self.rank if config.options.slurm else self.local_rank
+        self.channel = RankEnd(config.channel, config.key, which, config.pin)
         self.ns: dict[str, Any] = {}
         self.device: Any = None
         self.executing = False

@@ -72,7 +72,19 @@ worker_arguments = _bundle(
         "root) in the ranks, and show each rank's memory after every cell",
     ),
     argument("--amp", choices=AMP_DTYPES, default=None, help="run cells under torch.autocast"),
-    argument("--nnodes", type=int, default=1, help="nodes taking part (multi-node)"),
+    argument(
+        "--nnodes",
+        "--nodes",
+        type=int,
+        default=None,
+        help="nodes taking part (multi-node; with --slurm: default every node of the job)",
+    ),
+    argument(
+        "--slurm",
+        action="store_true",
+        help="inside a Slurm allocation: srun starts -n ranks (default: the job's GPUs per node) "
+        "on each node of the job",
+    ),
     argument(
         "--node-rank", type=int, default=None, help="this node's rank: static rendezvous instead of c10d"
     ),
@@ -149,24 +161,18 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
     """Check the worker arguments together (counts, GPU list, multi-node rules)."""
     gpus = _int_list(ns.gpus, "--gpus") if ns.gpus is not None else None
     nproc = ns.nproc if ns.nproc is not None else (len(gpus) if gpus else None)
+    if ns.slurm:
+        return _slurm_options(ns, nproc, gpus)
     if nproc is None:
         raise UsageError("give the number of ranks with -n N (or the GPUs with --gpus 0,1)")
-    if nproc < 1:
-        raise UsageError(f"-n must be at least 1, got {nproc}")
-    if nproc > max_ranks():
-        raise UsageError(
-            f"-n {nproc}: at most {max_ranks()} ranks per node here (one per CPU core, at least 8, "
-            f"never more than {MAX_RANKS_PER_NODE}: each rank is a process with its own torch); "
-            "use more nodes for more ranks"
-        )
-    if gpus is not None and nproc > len(gpus):
-        raise UsageError(f"-n {nproc} needs {nproc} GPUs but --gpus lists {len(gpus)}")
-    if ns.nnodes < 1:
-        raise UsageError(f"--nnodes must be at least 1, got {ns.nnodes}")
-    if ns.nnodes > 1 and ns.rdzv_endpoint is None:
+    nproc = _ranks_per_node(nproc, gpus)
+    nnodes = 1 if ns.nnodes is None else ns.nnodes
+    if nnodes < 1:
+        raise UsageError(f"--nnodes must be at least 1, got {nnodes}")
+    if nnodes > 1 and ns.rdzv_endpoint is None:
         raise UsageError("--nnodes > 1 needs --rdzv-endpoint host:port, the same on every node")
-    if ns.node_rank is not None and not 0 <= ns.node_rank < ns.nnodes:
-        raise UsageError(f"--node-rank must be in 0..{ns.nnodes - 1}, got {ns.node_rank}")
+    if ns.node_rank is not None and not 0 <= ns.node_rank < nnodes:
+        raise UsageError(f"--node-rank must be in 0..{nnodes - 1}, got {ns.node_rank}")
     if ns.node_rank is not None and ns.rdzv_endpoint is None:
         raise UsageError("--node-rank needs --rdzv-endpoint host:port of node 0")
     if ns.rdzv_endpoint is not None and shared_secret() is None:
@@ -183,12 +189,62 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
         backend=ns.backend,
         gpus=gpus,
         amp=ns.amp,
-        nnodes=ns.nnodes,
+        nnodes=nnodes,
         node_rank=ns.node_rank,
         rdzv_endpoint=_endpoint(ns.rdzv_endpoint) if ns.rdzv_endpoint else None,
         start_method=ns.start_method,
         device=device,
         fsdp=ns.fsdp,
+    )
+
+
+def _ranks_per_node(nproc: int, gpus: tuple[int, ...] | None) -> int:
+    if nproc < 1:
+        raise UsageError(f"-n must be at least 1, got {nproc}")
+    if nproc > max_ranks():
+        raise UsageError(
+            f"-n {nproc}: at most {max_ranks()} ranks per node here (one per CPU core, at least 8, "
+            f"never more than {MAX_RANKS_PER_NODE}: each rank is a process with its own torch); "
+            "use more nodes for more ranks"
+        )
+    if gpus is not None and nproc > len(gpus):
+        raise UsageError(f"-n {nproc} needs {nproc} GPUs but --gpus lists {len(gpus)}")
+    return nproc
+
+
+def _slurm_options(ns: argparse.Namespace, nproc: int | None, gpus: tuple[int, ...] | None) -> WorkerOptions:
+    """``--slurm``: the job's nodes (``--nodes K``: its first K) and GPUs per node say the size."""
+    from ...ddp import slurm
+
+    if ns.rdzv_endpoint is not None or ns.node_rank is not None:
+        raise UsageError(
+            "--slurm finds the nodes and the rendezvous itself: leave out --rdzv-endpoint and --node-rank"
+        )
+    try:
+        job = slurm.allocation()
+    except slurm.SlurmError as exc:
+        raise UsageError(str(exc)) from None
+    nodes = len(job.nodes) if ns.nnodes is None else ns.nnodes
+    if not 1 <= nodes <= len(job.nodes):
+        raise UsageError(
+            f"--nodes {nodes}: job {job.job_id} has {len(job.nodes)} nodes ({','.join(job.nodes)})"
+        )
+    gpus_here = len(gpus) if gpus is not None else slurm.gpus_per_node()
+    if nproc is None:
+        nproc = gpus_here
+        if nproc == 0:
+            raise UsageError(f"job {job.job_id} has no GPUs: give the ranks per node with -n N")
+    nproc = _ranks_per_node(nproc, gpus)
+    return WorkerOptions(
+        nproc=nproc,
+        backend=ns.backend,
+        gpus=gpus,
+        amp=ns.amp,
+        nnodes=nodes,
+        start_method=ns.start_method,
+        device=rank_device(ns.device, ns.backend, nproc, gpus_here),
+        fsdp=ns.fsdp,
+        slurm=True,
     )
 
 

@@ -76,6 +76,10 @@ class DDPMagics(ShellMagics):
         A failing rank stops the others and its traceback is shown with this cell's line
         numbers; interrupting the kernel stops all ranks.
 
+        With --slurm, in a kernel inside a Slurm allocation (salloc -N2 ..., then Jupyter):
+        srun starts -n ranks on each node of the job (--nodes K: its first K), output lines
+        are marked with node and rank, and the channel to the ranks is TLS with a session key.
+
         Line form: %ddp_launch -n 2 train.py --epochs 3
         """
         ns = args.parse(self.ddp_launch, line)
@@ -87,6 +91,8 @@ class DDPMagics(ShellMagics):
                 raise UsageError("%ddp_launch needs a script (line form) or a cell (%%ddp_launch)")
             if ns.push or ns.return_name:
                 raise UsageError("--push and --return apply to cells, not to scripts")
+            if options.slurm:
+                raise UsageError("--slurm runs cells (%%ddp_launch --slurm); run a script with srun itself")
             from ...ddp.launch import run_script
 
             output = args.cell_options(ns, world, None).output
@@ -114,6 +120,8 @@ class DDPMagics(ShellMagics):
         """
         ns = args.parse(self.ddp_start, line)
         options = args.worker_options(ns)
+        if options.slurm:
+            raise UsageError("%ddp_start --slurm is not there yet: %%ddp_launch --slurm runs one cell")
         if self.session is not None and self.session.alive:
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
         from ...ddp.session import Session

@@ -1,0 +1,150 @@
+"""What a kernel inside a Slurm allocation asks Slurm: its job, the job's nodes and their
+addresses, the ``srun`` command line, and what srun's own messages mean.
+
+Only Slurm's commands (``scontrol``, ``srun``) are used; nothing is started on a node but the
+job step. Every error quotes Slurm's own words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from .errors import BadInput
+
+QUERY_TIMEOUT_S = 30.0  # scontrol answers at once unless slurmctld is down (then it says so)
+# srun's summary of a task that ended badly: "srun: error: n2: task 3: Exited with exit code 1"
+# (or "tasks 2-3: Killed" for several).
+_TASK_END = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d+)")
+# srun's words for the signals a task can die of
+_SIGNALS = {
+    "Killed": "SIGKILL",
+    "Terminated": "SIGTERM",
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+}
+
+
+class SlurmError(BadInput):
+    """Slurm is missing, this kernel is not in an allocation, or Slurm refused: one line."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The job this kernel runs in, and its nodes in Slurm's order."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+
+
+def allocation() -> Allocation:
+    """The kernel's allocation, from the variables ``salloc``/``sbatch`` set."""
+    if shutil.which("srun") is None:
+        raise SlurmError("--slurm: no Slurm on this machine (srun is not on PATH)")
+    job = os.environ.get("SLURM_JOB_ID")
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not job or not nodelist:
+        raise SlurmError(
+            "--slurm runs inside a Slurm allocation and this kernel is in none (SLURM_JOB_ID is not "
+            "set): start Jupyter inside one, e.g. `salloc -N2 --gpus-per-node=4`, then the server"
+        )
+    nodes = tuple(scontrol("show", "hostnames", nodelist).split())
+    return Allocation(job, nodes)
+
+
+def scontrol(*args: str) -> str:
+    """``scontrol``'s output; its own message as a SlurmError when it fails."""
+    try:
+        done = subprocess.run(
+            ["scontrol", *args], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmError(f"scontrol {' '.join(args)}: {exc}") from None
+    if done.returncode:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        raise SlurmError(f"scontrol {' '.join(args)}: {said[-1] if said else f'exit code {done.returncode}'}")
+    return done.stdout
+
+
+def node_address(node: str) -> str:
+    """The address Slurm reaches ``node`` at (its NodeAddr): where rank 0's store listens."""
+    found = re.search(r"\bNodeAddr=(\S+)", scontrol("show", "node", "-o", node))
+    return found[1] if found else node
+
+
+def address_towards(peer: str) -> str:
+    """This machine's address on the route to ``peer``: the one the nodes can reach it at."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(peer), 9))  # UDP: picks the route, sends nothing
+        return str(probe.getsockname()[0])
+
+
+def gpus_per_node() -> int:
+    """GPUs the job has on each node (0 when it asked for none): the default ranks per node."""
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = os.environ.get(name, "").rpartition(":")[2]  # "a100:4" names the type
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:
+    """srun's command line: one task per rank, block-placed, a bad exit ending the step. The
+    rank's secrets are not on it: they travel in srun's environment."""
+    return [
+        "srun",
+        f"--jobid={job}",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes * per_node}",
+        f"--ntasks-per-node={per_node}",
+        "--distribution=block",
+        "--kill-on-bad-exit=1",
+        "--label",
+        "--input=none",
+        sys.executable,
+        "-u",
+        "-m",
+        "jupyter_gpu.ddp.slurm_rank",
+    ]
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """How srun says a task ended."""
+
+    node: str
+    rank: int
+    exitcode: int
+    signal_name: str | None
+
+
+def task_ends(lines: list[str]) -> list[TaskEnd]:
+    """The tasks srun reported as ended badly, in its order."""
+    ends = []
+    for line in lines:
+        found = _TASK_END.search(line)
+        if found is None:
+            continue
+        node, rank, how = found[1], int(found[2]), found[3].strip()
+        code = _EXIT_CODE.search(how)
+        ends.append(TaskEnd(node, rank, int(code[1]) if code else 1, _SIGNALS.get(how)))
+    return ends
+
+
+def step_failure(lines: list[str]) -> str | None:
+    """Why the whole step ended, in Slurm's words, when not because of a rank: srun refused
+    it, a node died, the job's time limit came."""
+    for line in lines:
+        if "DUE TO TIME LIMIT" in line:
+            return f"the job's time limit was reached: {line.strip()}"
+        if "Node failure" in line or "NODE FAILURE" in line:
+            return f"a node of the job died: {line.strip()}"
+        if "Unable to create step" in line or "Only allocated" in line or "Invalid" in line:
+            return f"srun refused the job step: {line.strip()}"
+    return None

@@ -1,0 +1,42 @@
+"""Entry point of a rank that srun started (``%%ddp_launch --slurm``): Slurm's task ids become
+torch's RANK, LOCAL_RANK and WORLD_SIZE, the kernel's ``WorkerConfig`` comes from the
+environment (never the command line: ``ps`` shows those to every user), and from then on it is
+a rank like any other (``worker.main``)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+
+from .protocol import WorkerConfig
+
+CONFIG_ENV = "JUPYTER_GPU_DDP_CONFIG"
+
+
+def encode(config: WorkerConfig) -> str:
+    """``config`` (with the channel's key) as the value of ``CONFIG_ENV`` in srun's environment."""
+    return base64.b64encode(pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL)).decode()
+
+
+def main() -> None:
+    # Taken out, so the cell's code and what it starts do not find the key in their environment.
+    config: WorkerConfig = pickle.loads(base64.b64decode(os.environ.pop(CONFIG_ENV)))
+    env = os.environ
+    env.update(
+        {
+            "RANK": env["SLURM_PROCID"],
+            "LOCAL_RANK": env["SLURM_LOCALID"],
+            "WORLD_SIZE": env["SLURM_NTASKS"],
+            "LOCAL_WORLD_SIZE": str(config.options.nproc),
+            "GROUP_RANK": env["SLURM_NODEID"],
+            "GROUP_WORLD_SIZE": str(config.options.nnodes),
+        }
+    )
+    from . import worker
+
+    worker.main(config)
+
+
+if __name__ == "__main__":
+    main()
