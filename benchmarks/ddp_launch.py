@@ -1,6 +1,6 @@
 """Benchmark %%ddp_launch and persistent %%ddp ranks against the other ways to start DDP.
 
-    python benchmarks/ddp_launch.py [--nproc 2] [--cells 50] [--device auto|cpu|cuda]
+    python benchmarks/ddp_launch.py [--nproc 2] [--cells 50] [--device auto|cpu|cuda] [--think S]
 
 Runs everything in one process, in this order, and prints one table:
 
@@ -364,6 +364,7 @@ class Bench:
             self.load()
             if self.cuda:
                 torch.zeros(1, device="cuda")  # the kernel has used CUDA from here on
+            time.sleep(self.args.think)  # the notebook's cells between importing torch and launching
             self.startup()
             self.per_cell()
             self.failures()
@@ -386,6 +387,13 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--cells", type=int, default=50)
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds between loading (torch imported, CUDA used) and the first launch: a "
+        "notebook's cells in between (default 0: the launch right away, the worst case)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     me = importlib.import_module(Path(__file__).stem)
