@@ -143,7 +143,7 @@ def run_script(
     target = CellStreams()
     kernel_pid = str(os.getpid())
     # The ranks run `python -m` this package's runner: make it importable however the kernel found it.
-    root = str(Path(__file__).resolve().parents[3])
+    root = str(Path(__file__).resolve().parents[2])
     pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     gang = Gang(
         options,
