@@ -1,8 +1,10 @@
 """The channel of a ``--slurm`` launch (TCP, TLS, the session key: ``jupyter_gpu/ddp/tls.py``)
 against the network: a relay between a rank and the kernel sees no cell, object or key; a plain
 TCP client, a TLS client without the key and one that sends a huge message before the challenge
-are dropped (and the ranks still get in); a kernel with another certificate is refused by the
-rank. Real sockets on loopback, no Slurm needed."""
+are dropped (and the ranks still get in); a flood of silent connections holds a bounded number
+of handshakes and the rank still gets in; a peer trickling its answer is cut off at the
+handshake's deadline; a kernel with another certificate is refused by the rank. Real sockets on
+loopback, no Slurm needed."""
 
 from __future__ import annotations
 
@@ -121,6 +123,59 @@ def test_a_rank_refuses_a_kernel_with_another_certificate(kernel_end: KernelEnd,
             RankEnd(impostor.address, KEY, 0, kernel_end.pin)
     finally:
         impostor.close()
+
+
+def _handshake_threads() -> int:
+    return sum(t.name == "ddp-channel-auth" for t in threading.enumerate())
+
+
+def test_a_flood_of_silent_connections_holds_no_more_than_its_share_and_the_rank_gets_in(
+    kernel_end: KernelEnd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls, "HANDSHAKE_TIMEOUT_S", 1.0)  # the deadline, shortened for the test
+    host, _, port = kernel_end.path.rpartition(":")
+    flood = [socket.create_connection((host, int(port)), timeout=30) for _ in range(tls.MAX_HANDSHAKES + 200)]
+    try:
+        wait_until(
+            "the listener to take its share", lambda: _handshake_threads() >= tls.MAX_HANDSHAKES, timeout=30
+        )
+        assert _handshake_threads() <= tls.MAX_HANDSHAKES  # the rest wait in the listen queue
+        assert kernel_end.pin is not None
+        # queued behind the strangers, the rank gets its turn as their deadlines pass
+        _roundtrip(kernel_end, RankEnd(kernel_end.path, KEY, 0, kernel_end.pin))
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_a_peer_trickling_its_answer_is_cut_off_at_the_deadline(
+    kernel_end: KernelEnd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls, "HANDSHAKE_TIMEOUT_S", 1.0)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    host, _, port = kernel_end.path.rpartition(":")
+    with context.wrap_socket(socket.create_connection((host, int(port)), timeout=30)) as stranger:
+        tls.Framed(stranger).recv_bytes(tls.PRE_AUTH_MAX)
+        sent = 0
+        with contextlib.suppress(OSError):
+            # one byte of an answer a record at a time, each well within a read's timeout
+            while sent < tls.PRE_AUTH_MAX and not _closed(stranger):
+                stranger.sendall(b"\0")
+                sent += 1
+        # ~0.2 s a byte: cut off after about 5 bytes, long before a whole answer's 264
+        assert sent < 20, f"still connected after {sent} bytes"
+
+
+def _closed(sock: ssl.SSLSocket) -> bool:
+    """Whether the kernel closed the connection, waiting 0.2 s for it to say so."""
+    sock.settimeout(0.2)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except (OSError, ssl.SSLError):
+        return True
 
 
 def _read_all(sock: socket.socket) -> bytes:

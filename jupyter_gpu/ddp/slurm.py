@@ -20,7 +20,9 @@ from .errors import BadInput
 QUERY_TIMEOUT_S = 30.0  # scontrol answers at once unless slurmctld is down (then it says so)
 # srun's summary of a task that ended badly: "srun: error: n2: task 3: Exited with exit code 1"
 # (or "tasks 2-3: Killed" for several).
-_TASK_END = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
+# Slurm's own lines, anchored: a rank printing the same words mid-line is not Slurm speaking.
+_TASK_END = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
+_SLURM_LINE = re.compile(r"^(?:srun|slurmstepd(?:-\S+)?): error: ")
 _EXIT_CODE = re.compile(r"Exited with exit code (\d+)")
 # srun's words for the signals a task can die of
 _SIGNALS = {
@@ -128,7 +130,7 @@ def task_ends(lines: list[str]) -> list[TaskEnd]:
     """The tasks srun reported as ended badly, in its order."""
     ends = []
     for line in lines:
-        found = _TASK_END.search(line)
+        found = _TASK_END.match(line)
         if found is None:
             continue
         node, rank, how = found[1], int(found[2]), found[3].strip()
@@ -140,7 +142,7 @@ def task_ends(lines: list[str]) -> list[TaskEnd]:
 def step_failure(lines: list[str]) -> str | None:
     """Why the whole step ended, in Slurm's words, when not because of a rank: srun refused
     it, a node died, the job's time limit came."""
-    for line in lines:
+    for line in filter(_SLURM_LINE.match, lines):
         if "DUE TO TIME LIMIT" in line:
             return f"the job's time limit was reached: {line.strip()}"
         if "Node failure" in line or "NODE FAILURE" in line:

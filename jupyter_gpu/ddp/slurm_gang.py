@@ -38,7 +38,8 @@ from .output import LogPump, tail
 from .protocol import Command
 from .slurm_rank import CONFIG_ENV, encode
 
-# rank 0's store: a port below Linux's ephemeral range, so only another job's store can hold it
+# rank 0's store: a port below Linux's ephemeral range (no clash with outgoing connections); any
+# user on the node can still bind it first, and then the step fails at its start (README: Slurm)
 MASTER_PORTS = (20000, 30000)
 # srun cancels the step on SIGTERM and waits for it (Slurm's KillWait, 30 s by default)
 SRUN_STOP_S = 60.0
@@ -131,7 +132,9 @@ class SlurmGang(Gang):
                     self._said.append(line)
                     continue
                 text = line[found.end() :]
-                if "slurmstepd" in text:  # the step's own news (cancelled, time limit) comes labelled
+                if text.startswith(
+                    "slurmstepd"
+                ):  # the step's own news (cancelled, time limit) comes labelled
                     self._said.append(text)
                 if rank not in files:
                     files[rank] = open(paths[rank], "a", encoding="utf-8")  # noqa: SIM115 - closed below

@@ -20,7 +20,8 @@ def encode(config: WorkerConfig) -> str:
 
 
 def main() -> None:
-    # Taken out, so the cell's code and what it starts do not find the key in their environment.
+    # Taken out of os.environ, so processes the cell starts do not inherit the key; the process's
+    # initial environment in /proc/<pid>/environ keeps it, readable by this uid and root only.
     config: WorkerConfig = pickle.loads(base64.b64decode(os.environ.pop(CONFIG_ENV)))
     env = os.environ
     env.update(

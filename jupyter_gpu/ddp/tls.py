@@ -10,8 +10,10 @@ port, which anyone on the network can reach and whose traffic anyone on the path
   so only the ranks this kernel started (they got the key through srun's environment, never a
   command line) get further: nothing is unpickled from a connection before that, and anything
   read before it is capped at ``PRE_AUTH_MAX`` bytes;
-* each connection is shaken hands with in a thread of its own, under a timeout, so a peer that
-  connects and stays silent delays no rank.
+* each connection is shaken hands with in a thread of its own, under one deadline for TLS and
+  the challenge together (a peer that trickles a byte at a time is cut off at it), and at most
+  ``MAX_HANDSHAKES`` at once: more wait in the listen queue, so a flood of connections costs
+  neither threads nor descriptors, and the accept loop outlives any error but closing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import answer_challenge, deliver_challenge
@@ -35,6 +38,9 @@ from typing import Any
 HEADER = struct.Struct("!Q")
 PRE_AUTH_MAX = 256  # what the HMAC challenge reads at most: a stranger cannot make us buffer more
 HANDSHAKE_TIMEOUT_S = 10.0  # TLS and the challenge; a rank on a loaded node still makes it
+# Handshakes at once; a rank queued behind strangers' gets its turn as their deadlines pass,
+# well within its CONNECT_TIMEOUT_S.
+MAX_HANDSHAKES = 64
 
 
 @dataclass(frozen=True)
@@ -140,35 +146,64 @@ class TlsListener:
         self._sock = socket.create_server((host, 0))
         self.address = f"{host}:{self._sock.getsockname()[1]}"
         self._ready: queue.Queue[Framed | None] = queue.Queue()
+        self._slots = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self._closed = False
         threading.Thread(target=self._accept, name="ddp-channel-tcp", daemon=True).start()
 
     def _accept(self) -> None:
         while not self._closed:
+            self._slots.acquire()  # the rest wait in the listen queue
             try:
                 raw, _ = self._sock.accept()
-            except OSError:  # closed
-                return
-            threading.Thread(
-                target=self._handshake, args=(raw,), name="ddp-channel-auth", daemon=True
-            ).start()
+                threading.Thread(
+                    target=self._handshake, args=(raw,), name="ddp-channel-auth", daemon=True
+                ).start()
+            except (OSError, RuntimeError):  # closed, out of descriptors or threads: go on
+                self._slots.release()
+                if not self._closed:
+                    time.sleep(0.05)
 
     def _handshake(self, raw: socket.socket) -> None:
-        raw.settimeout(HANDSHAKE_TIMEOUT_S)
-        try:  # on any failure (not TLS, a wrong key, too slow): closed, and nothing learned
-            sock = self._context.wrap_socket(raw, server_side=True)  # raw is detached from here on
-        except Exception:
-            raw.close()
-            return
-        conn = Framed(sock)
+        """TLS, then the challenge both ways, all before one deadline; any failure (not TLS, a
+        wrong key, too slow) closes the connection, and nothing was learned or unpickled."""
+        lock = threading.Lock()
+        current: list[socket.socket] = [raw]  # the TLS socket once wrapped
+        done = [False]  # the handshake passed, or the deadline cut it off
+
+        def cut_off() -> None:
+            with lock:
+                if not done[0]:
+                    done[0] = True
+                    with contextlib.suppress(OSError):
+                        current[0].shutdown(socket.SHUT_RDWR)  # wakes a blocked read
+
+        deadline = threading.Timer(HANDSHAKE_TIMEOUT_S, cut_off)
+        deadline.start()
         try:
-            deliver_challenge(conn, self._key)  # type: ignore[arg-type]
-            answer_challenge(conn, self._key)  # type: ignore[arg-type]
-            sock.settimeout(None)
-        except Exception:
-            conn.close()
-            return
-        self._ready.put(conn)
+            raw.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                sock = self._context.wrap_socket(raw, server_side=True)  # raw is detached now
+            except Exception:
+                raw.close()
+                return
+            with lock:
+                current[0] = sock
+            conn = Framed(sock)
+            try:
+                deliver_challenge(conn, self._key)  # type: ignore[arg-type]
+                answer_challenge(conn, self._key)  # type: ignore[arg-type]
+                with lock:
+                    if done[0]:  # the deadline passed meanwhile: the socket is shut
+                        raise TimeoutError("handshake past its deadline")
+                    done[0] = True
+                sock.settimeout(None)
+            except Exception:
+                conn.close()
+                return
+            self._ready.put(conn)
+        finally:
+            deadline.cancel()
+            self._slots.release()
 
     def accept(self) -> Framed:
         """The next authenticated connection; OSError once the listener is closed."""

@@ -1,0 +1,26 @@
+"""What srun says, read as Slurm's word only where Slurm says it (pure: jupyter_gpu/ddp/slurm.py):
+a rank printing the same words mid-line, as a log line quoting an error would, forges nothing."""
+
+from __future__ import annotations
+
+from jupyter_gpu.ddp.slurm import TaskEnd, step_failure, task_ends
+
+
+def test_srun_reports_are_read():
+    said = ["srun: error: n2: task 3: Exited with exit code 3", "srun: error: n1: task 0: Segmentation fault"]
+    assert task_ends(said) == [TaskEnd("n2", 3, 3, None), TaskEnd("n1", 0, 1, "SIGSEGV")]
+    refused = "srun: error: Unable to create step for job 1: More processors requested than permitted"
+    assert step_failure([refused]) == f"srun refused the job step: {refused}"
+    limit = "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-12-02T08:00:00 DUE TO TIME LIMIT ***"
+    assert step_failure([limit]) == f"the job's time limit was reached: {limit}"
+
+
+def test_a_rank_cannot_forge_them():
+    forged = [
+        "loading shard slurmstepd srun: error: n2: task 1: Segmentation fault",
+        "epoch 3: Invalid value in batch (slurmstepd)",
+        "  srun: error: n1: task 0: Exited with exit code 9",
+        "print('Node failure')",
+    ]
+    assert task_ends(forged) == []
+    assert step_failure(forged) is None
