@@ -58,7 +58,6 @@ const plugin: JupyterFrontEndPlugin<IGpuModel> = {
     router: IRouter | null
   ): IGpuModel => {
     const model = new GpuModel(app.serviceManager.serverSettings);
-    model.prefetch();
     notifyServerEvents(app.serviceManager.events, model);
     addSidebarPanel(app, model, notebookLinks(app, notebooks), restorer);
     addDashboardCommand(app, model, { restorer, launcher, tree, router });

@@ -21,7 +21,7 @@ import {
   ServerExtensionMissing
 } from './request';
 import { DEFAULT_SETTINGS } from './settings';
-import { busiestGpu, fillProcesses, mergeHistory, selectGpus } from './shape';
+import { busiestGpu, mergeHistory, selectGpus } from './shape';
 import type { IGpuModel, IGpuSettings } from './tokens';
 import type {
   CellsReply,
@@ -49,7 +49,7 @@ export class GpuModel implements IGpuModel {
     this._serverSettings = serverSettings;
     this._telemetryPoll = new BackoffPoll({
       auto: false,
-      factory: () => this._pollTelemetry(),
+      factory: () => this._fetchTelemetry(),
       frequency: this._frequency(this._settings.refreshInterval),
       name: 'jupyter-gpu:telemetry',
       standby: () =>
@@ -66,15 +66,6 @@ export class GpuModel implements IGpuModel {
       standby: () =>
         this._panelVisible || this._statusBarVisible ? 'when-hidden' : true
     });
-  }
-
-  /**
-   * Ask for the first figures at once, before the settings load and the layout restores,
-   * whatever will be on screen: the status bar then has numbers when it is drawn, not a
-   * request later. One request per page load; the poll's first tick takes its reply.
-   */
-  prefetch(): void {
-    this._first ??= this._fetchTelemetry().catch(() => undefined);
   }
 
   /** Begin polling. */
@@ -274,19 +265,6 @@ export class GpuModel implements IGpuModel {
     return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
   }
 
-  /** The poll's request: the prefetched reply if there is one, else a new request. */
-  private async _pollTelemetry(): Promise<void> {
-    const first = this._first;
-    if (first !== null) {
-      this._first = null;
-      await first;
-      if (this._error === null && this._telemetry !== null) {
-        return;
-      }
-    }
-    return this._fetchTelemetry();
-  }
-
   private async _fetchTelemetry(): Promise<void> {
     try {
       const reply = await requestAPI(
@@ -296,7 +274,7 @@ export class GpuModel implements IGpuModel {
       );
       this._history = mergeHistory(
         this._history,
-        fillProcesses(reply.history),
+        reply.history,
         this._keepSeconds()
       );
       const last = this._history[this._history.length - 1];
@@ -370,7 +348,6 @@ export class GpuModel implements IGpuModel {
   private _host: HostReply | null = null;
   private _history: Sample[] = [];
   private _lastT: number | null = null;
-  private _first: Promise<void> | null = null;
   private _error: string | null = null;
   private _isDisposed = false;
 }

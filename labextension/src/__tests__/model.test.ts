@@ -80,37 +80,6 @@ describe('GpuModel: the one poll of the server', () => {
     assert.equal(model.devices?.devices[0].name, 'NVIDIA H200');
   });
 
-  it('has the first figures before any view is drawn, from one request', async () => {
-    model.prefetch(); // at activation: no settings yet, nothing on screen
-    await settle();
-    assert.equal(model.loaded, true);
-    assert.deepEqual(
-      model.gpus.map(g => g.uuid),
-      ['GPU-0']
-    );
-    model.start();
-    model.setStatusBarVisible(true);
-    await advance(0);
-    // the poll's first tick took the prefetched reply instead of asking again
-    assert.deepEqual(server.times('telemetry'), [0]);
-    server.addSample(101);
-    await advance(INTERVAL);
-    assert.deepEqual(server.sinces(), [null, '100']);
-  });
-
-  it('asks again on the first tick when the prefetch failed', async () => {
-    server.failure = { status: 503, message: 'starting' };
-    model.prefetch();
-    await settle();
-    assert.equal(model.loaded, false);
-    server.failure = null;
-    model.start();
-    model.setStatusBarVisible(true);
-    await advance(0);
-    assert.equal(model.loaded, true);
-    assert.deepEqual(server.sinces(), [null, null]);
-  });
-
   it('asks for the devices again when a GPU appears', async () => {
     model.start();
     model.setStatusBarVisible(true);
