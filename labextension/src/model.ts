@@ -21,7 +21,7 @@ import {
   ServerExtensionMissing
 } from './request';
 import { DEFAULT_SETTINGS } from './settings';
-import { busiestGpu, mergeHistory, selectGpus } from './shape';
+import { busiestGpu, fillProcesses, mergeHistory, selectGpus } from './shape';
 import type { IGpuModel, IGpuSettings } from './tokens';
 import type {
   CellsReply,
@@ -274,7 +274,7 @@ export class GpuModel implements IGpuModel {
       );
       this._history = mergeHistory(
         this._history,
-        reply.history,
+        fillProcesses(reply.history),
         this._keepSeconds()
       );
       const last = this._history[this._history.length - 1];
