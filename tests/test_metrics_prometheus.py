@@ -33,7 +33,7 @@ MIB = 1024**2
 UUID0 = "GPU-2da622ba-bcdc-9f07-006d-4b42150c85b5"
 NOTEBOOK = "course/week1.ipynb"
 # What Grafana dashboard 12239 (NVIDIA's dcgm-exporter-dashboard.json) asks Prometheus, with its
-# variables $Hostname and $gpu set to "All". Its tensor-core panel needs DCGM's profiler: not here.
+# variables $Hostname and $gpu set to "All"; its profiling panels (tensor cores) from GPM.
 DCGM_DASHBOARD_QUERIES = [
     f'max({name}{{Hostname=~".*", gpu=~".*"}}) by (Hostname, gpu, {by})'
     for name, by in (
@@ -41,6 +41,8 @@ DCGM_DASHBOARD_QUERIES = [
         ("DCGM_FI_DEV_POWER_USAGE", "uuid"),
         ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "GPU_I_ID, GPU_I_PROFILE"),
         ("DCGM_FI_DEV_FB_USED", "GPU_I_ID, GPU_I_PROFILE"),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "UUID"),
+        ("DCGM_FI_PROF_SM_ACTIVE", "UUID"),
     )
 ] + [
     'avg(DCGM_FI_DEV_GPU_TEMP{Hostname=~".*", gpu=~".*"})',
@@ -183,6 +185,9 @@ async def test_a_real_prometheus_gets_what_operators_chart(jp_fetch, gpu_monitor
         "DCGM_FI_DEV_FB_TOTAL": 150754820096 / MIB,
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+        "DCGM_FI_PROF_SM_ACTIVE": 0,  # ratio, from GPM: the capture is of an idle H200
+        "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE": 0,
+        "DCGM_FI_PROF_PCIE_RX_BYTES": 458 * 1024,  # bytes/s, from GPM here
     }
     for name, want in expected.items():
         _, value = one(await eventually(url, f'{name}{{gpu="0"}}'))
@@ -250,7 +255,7 @@ async def test_promtool_accepts_the_exposition_and_the_rules(jp_fetch, gpu_monit
     checked = subprocess.run([promtool, "check", "metrics"], input=ours, capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     rules = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert rules.returncode == 0 and "SUCCESS: 30 rules found" in rules.stdout, rules.stdout + rules.stderr
+    assert rules.returncode == 0 and "SUCCESS: 39 rules found" in rules.stdout, rules.stdout + rules.stderr
 
 
 @pytest.mark.parametrize("unit", ["prometheus_rules_test.yml", "prometheus_rules_mig_test.yml"])

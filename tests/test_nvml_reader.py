@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
-from support.paths import READINGS
+from support.nvml_reader import opened, replayed
 
 from jupyter_gpu.doctor.nvmlinfo import read_nvml
 from jupyter_gpu.nvml import NvmlReader, NvmlUnavailable
@@ -15,13 +15,7 @@ from jupyter_gpu.nvml.simulated import SimulatedNVML
 
 @pytest.fixture
 def nvml() -> SimulatedNVML:
-    return SimulatedNVML.from_file(READINGS)
-
-
-def opened(nvml: SimulatedNVML) -> NvmlReader:
-    reader = NvmlReader(nvml)
-    reader.open()
-    return reader
+    return replayed()
 
 
 def test_an_old_drivers_memory_info_v1_is_found_once_and_remembered(nvml):

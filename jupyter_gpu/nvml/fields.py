@@ -6,7 +6,7 @@ reasons, memory errors, the slow cadence's fields) without reading anything.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pynvml
 
@@ -43,6 +43,33 @@ _FLAG_FIELDS = frozenset({"retired_pages_pending", "remapped_rows_pending", "rem
 PCIE_FIELDS = ("pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second")
 # What ``slow`` reads; null in a sample until its first reading.
 SLOW_FIELDS = (*PCIE_FIELDS, *(name for name, _ in FIELD_VALUES))
+MIB = 1024 * 1024
+
+
+class GpmMetric(NamedTuple):
+    name: str  # the API's field
+    metric_id: int  # NVML_GPM_METRIC_* (numbered by NVML; older pynvml lacks the constants)
+    scale: float  # NVML's unit -> ours (percent stays percent; MiB/s -> bytes/s)
+
+
+# GPU performance monitoring's metrics (``gpm``). Hopper's tensor pipes as NVML splits them: HMMA
+# runs fp16, bf16 and tf32 (on the H200 a tf32 matmul reads as a bf16 one does), IMMA int8, DFMA fp64.
+GPM_METRICS: tuple[GpmMetric, ...] = (
+    GpmMetric("sm_active_percent", 2, 1.0),  # SM_UTIL: the share of SMs busy, averaged over time
+    GpmMetric("sm_occupancy_percent", 3, 1.0),  # resident warps against the SMs' maximum
+    GpmMetric("tensor_active_percent", 5, 1.0),  # ANY_TENSOR_UTIL
+    GpmMetric("tensor_hmma_active_percent", 7, 1.0),
+    GpmMetric("tensor_imma_active_percent", 9, 1.0),
+    GpmMetric("tensor_dfma_active_percent", 6, 1.0),
+    GpmMetric("dram_active_percent", 10, 1.0),  # DRAM bandwidth used against its maximum
+    GpmMetric("nvlink_rx_bytes_per_second", 60, MIB),  # NVLINK_TOTAL_RX_PER_SEC, all links
+    GpmMetric("nvlink_tx_bytes_per_second", 61, MIB),
+    GpmMetric(PCIE_FIELDS[0], 21, MIB),  # averaged over the interval, where NVML's counter
+    GpmMetric(PCIE_FIELDS[1], 20, MIB),  # samples ~20 ms of it
+)
+# The fields GPM alone gives (PCIe falls back to NVML's counter without it).
+GPM_FIELDS: tuple[str, ...] = tuple(m.name for m in GPM_METRICS if m.name not in PCIE_FIELDS)
+GPM_INTEGER = frozenset({"nvlink_rx_bytes_per_second", "nvlink_tx_bytes_per_second", *PCIE_FIELDS})
 # The union member of NVML's field value that each value type fills.
 _VALUE_MEMBERS = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",

@@ -3,7 +3,7 @@
 A GPU in MIG mode is split into instances, each with its own UUID (``MIG-…``), memory and
 processes, reached through handles of their own (``nvmlDeviceGetMigDeviceHandleByIndex``). What
 belongs to the whole GPU (temperature, power and its limit, energy, clocks, fan, PCIe, clocks event
-reasons, utilisation, ECC and the other field values) is read on the GPU only: on a MIG device it
+reasons, utilisation, GPM's activity figures, ECC and the other field values) is read on the GPU only: on a MIG device it
 is null with a reason that points to the GPU, never copied, so that nothing is counted twice. The
 processes are read on the MIG devices, which NVML answers without privileges, and are then left
 out of their GPU's sample, so that no process counts on two devices.
@@ -19,7 +19,7 @@ from typing import Any
 import pynvml
 
 from .errors import code_of
-from .fields import SLOW_FIELDS
+from .fields import GPM_FIELDS, SLOW_FIELDS
 
 # nvidia-smi's profile names, as NVML ends a MIG device's name with them: "NVIDIA H200 MIG
 # 1g.18gb"; a compute instance with part of its GPU instance's slices is "1c.3g.71gb".
@@ -36,6 +36,7 @@ GPU_WIDE = (
     "clock_mem_mhz",
     "fan_speed_percent",
     *SLOW_FIELDS,
+    *GPM_FIELDS,
 )
 # NVML reports no utilisation in MIG mode, neither per MIG device nor for the GPU.
 UTILISATION = ("utilization_gpu_percent", "utilization_memory_percent")

@@ -22,6 +22,7 @@ from . import mig
 from .errors import field_reason
 from .fields import (
     FIELD_VALUES,
+    GPM_METRICS,
     PCIE_FIELDS,
     as_text,
     clock_reasons,
@@ -29,6 +30,7 @@ from .fields import (
     field_value,
     milli,
 )
+from .gpm import GpmReader
 from .session import GpuLost, NvmlSession, NvmlUnavailable, Unsupported, Values
 
 __all__ = ["GpuLost", "NvmlReader", "NvmlUnavailable"]
@@ -41,6 +43,15 @@ class NvmlReader(NvmlSession):
         super().__init__(nvml)
         self._mig: dict[int, bool] = {}  # GPU index -> MIG mode on
         self._children: dict[int, list[int]] = {}  # GPU index -> indices of its MIG devices
+        self._gpm = GpmReader(nvml)
+
+    def close(self) -> None:
+        self._gpm.close()  # its samples are NVML's: freed while NVML is still open
+        super().close()
+
+    def forget(self, index: int) -> None:
+        self._gpm.forget(index)
+        super().forget(index)
 
     def system(self) -> Values:
         values: Values = {}
@@ -223,6 +234,7 @@ class NvmlReader(NvmlSession):
             lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
         )
         self._field(values, unsupported, "fan_speed_percent", lambda: nvml.nvmlDeviceGetFanSpeed(h))
+        self._activity(index, h, values, unsupported)
         if self._children.get(index):  # each process counts on the MIG device it runs on
             values["processes"] = None
             unsupported["processes"] = mig.PROCESSES_ON_MIG
@@ -231,13 +243,15 @@ class NvmlReader(NvmlSession):
         return values, unsupported
 
     def slow(self, index: int) -> tuple[Values, Unsupported]:
-        """PCIe throughput (NVML samples it over ~20 ms per call) and the field values (a few ms),
-        so they run on their own cadence."""
+        """PCIe throughput (NVML samples it over ~20 ms per call; ``fast`` reads it from GPM
+        where the GPU has GPM) and the field values (a few ms), so they run on their own cadence."""
         nvml, h = self.nvml, self._handle(index)
         values: Values = {}
         unsupported: Unsupported = {}
-        for name, counter in zip(
-            PCIE_FIELDS, (pynvml.NVML_PCIE_UTIL_RX_BYTES, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        for name, counter in (
+            ()
+            if self._gpm.unsupported(index, h) is None
+            else zip(PCIE_FIELDS, (pynvml.NVML_PCIE_UTIL_RX_BYTES, pynvml.NVML_PCIE_UTIL_TX_BYTES))
         ):
             self._field(
                 values,
@@ -259,6 +273,17 @@ class NvmlReader(NvmlSession):
             raise GpuLost(f"GPU {index} cannot list its processes: {error}") from None
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _activity(self, index: int, h: Any, values: Values, unsupported: Unsupported) -> None:
+        """GPM's figures since this GPU's last reading (``gpm``); a failed read costs only them."""
+        try:
+            self._gpm.read(index, h, values, unsupported)
+        except pynvml.NVMLError as error:
+            self._raise_state(error)
+            reason = field_reason(error, mig_enabled=self._mig.get(index, False))
+            for metric in GPM_METRICS:
+                values[metric.name] = None
+                unsupported[metric.name] = reason
 
     def _memory(self, h: Any, values: Values, unsupported: Unsupported) -> None:
         """Memory v2 separates the driver's reserve (~615 MiB on H200) from what processes use;

@@ -13,7 +13,8 @@ the ``nvidia-smi -q`` taken with it; a field missing there is not supported, as 
 
 A file with a ``trace`` (``{"frame_seconds": 0.2, "frames": [[{device fields}, ...], ...]}``, as
 ``benchmarks/record_trace.py`` writes it) replays a recording: each frame overrides the moving
-fields of every device (utilisation, memory, power, temperature, clocks, PCIe, processes) for
+fields of every device (utilisation, memory, power, temperature, clocks, PCIe, GPM's activity
+figures, processes) for
 ``frame_seconds``, looping, so a demo moves as the recorded GPUs did. A frame's processes are added
 to the device's own ``compute_processes``, which tests may extend.
 
@@ -274,6 +275,44 @@ class SimulatedNVML:
         self._check("nvmlDeviceGetPcieThroughput", h)
         key = "pcie_rx_kbs" if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES else "pcie_tx_kbs"
         return self._device(h)[key]
+
+    # -- GPU performance monitoring: a device's ``gpm`` ({metric id: value in NVML's unit}) -------
+
+    NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
+
+    class c_nvmlGpmMetricsGet_t(SimpleNamespace):  # noqa: N801 (pynvml's name)
+        def __init__(self) -> None:
+            super().__init__(version=0, numMetrics=0, sample1=None, sample2=None)
+            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(32)]
+
+    def nvmlGpmQueryDeviceSupport(self, h: int) -> SimpleNamespace:
+        self._check("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(isSupportedDevice=int("gpm" in self._device(h)))
+
+    def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
+        self._check("nvmlGpmSampleAlloc")
+        return SimpleNamespace(gpm=None)
+
+    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:
+        self._check("nvmlGpmSampleFree")
+
+    def nvmlGpmSampleGet(self, h: int, sample: SimpleNamespace) -> SimpleNamespace:
+        """A frame's figures are its averages: the metrics up to a sample are its frame's."""
+        self._check("nvmlGpmSampleGet", h)
+        if "gpm" not in self._device(h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        sample.gpm = self._device(h)["gpm"]
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: SimpleNamespace) -> SimpleNamespace:
+        self._check("nvmlGpmMetricsGet")
+        if request.sample1 is None or request.sample2 is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for slot in request.metrics[: request.numMetrics]:
+            value = request.sample2.gpm.get(str(slot.metricId))
+            slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED if value is None else pynvml.NVML_SUCCESS
+            slot.value = value or 0.0
+        return request
 
     def _processes(self, h: int) -> list[SimpleNamespace]:
         return [

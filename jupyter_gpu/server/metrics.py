@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from ..nvml.fields import CLOCK_THROTTLE_REASONS
 from ..nvml.mig import bare_uuid
+from .metric_families import GPU_FAMILIES
 
 MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE")
 GPU_LABELS = ["gpu", "uuid", *MIG_LABELS]
@@ -39,88 +40,6 @@ KERNEL_LABELS: dict[str, tuple[str, ...]] = {
     "none": (),
 }
 
-
-class Family(NamedTuple):
-    """One metric family of per-GPU fields; ``fields`` pairs a value of ``label`` with a field."""
-
-    counter: bool
-    name: str
-    doc: str
-    fields: tuple[tuple[str, str], ...]
-    label: str | None = None
-    scale: float = 1.0
-
-
-def _gauge(name: str, field: str, doc: str, scale: float = 1.0) -> Family:
-    return Family(False, name, doc, (("", field),), scale=scale)
-
-
-GPU_FAMILIES: tuple[Family, ...] = (
-    _gauge(
-        "utilization_ratio",
-        "utilization_gpu_percent",
-        "Fraction of time a kernel ran on the GPU (0-1).",
-        0.01,
-    ),
-    _gauge(
-        "memory_utilization_ratio",
-        "utilization_memory_percent",
-        "Fraction of time device memory was read or written (0-1).",
-        0.01,
-    ),
-    _gauge(
-        "memory_used_bytes", "memory_used_bytes", "Device memory used by processes (NVML memory info v2)."
-    ),
-    _gauge("memory_reserved_bytes", "memory_reserved_bytes", "Device memory reserved by the driver."),
-    _gauge("memory_free_bytes", "memory_free_bytes", "Free device memory."),
-    _gauge("memory_total_bytes", "memory_total_bytes", "Total device memory."),
-    _gauge("temperature_celsius", "temperature_celsius", "GPU core temperature."),
-    _gauge("memory_temperature_celsius", "memory_temperature_celsius", "Device memory (HBM) temperature."),
-    _gauge("power_watts", "power_watts", "Power draw."),
-    _gauge("power_limit_watts", "power_limit_watts", "Enforced power limit."),
-    _gauge("sm_clock_hertz", "clock_sm_mhz", "SM clock.", 1e6),
-    _gauge("memory_clock_hertz", "clock_mem_mhz", "Memory clock.", 1e6),
-    _gauge("pcie_rx_bytes_per_second", "pcie_rx_bytes_per_second", "PCIe receive throughput."),
-    _gauge("pcie_tx_bytes_per_second", "pcie_tx_bytes_per_second", "PCIe transmit throughput."),
-    _gauge(
-        "retired_pages_pending",
-        "retired_pages_pending",
-        "1 when a page waits for retirement at driver reload.",
-    ),
-    _gauge("row_remap_pending", "remapped_rows_pending", "1 when a row remapping waits for a GPU reset."),
-    _gauge(
-        "row_remap_failed", "remapped_rows_failed", "1 when a row remapping failed: the GPU needs service."
-    ),
-    Family(True, "energy_joules", "Energy used since the driver loaded.", (("", "energy_joules"),)),
-    Family(
-        True,
-        "ecc_errors",
-        "ECC errors since the driver loaded (corrected: single-bit; uncorrected: double-bit).",
-        (("corrected", "ecc_corrected_volatile"), ("uncorrected", "ecc_uncorrected_volatile")),
-        label="error_type",
-    ),
-    Family(
-        True,
-        "ecc_lifetime_errors",
-        "ECC errors over the GPU's life (NVML's aggregate counts, kept across driver reloads).",
-        (("corrected", "ecc_corrected_aggregate"), ("uncorrected", "ecc_uncorrected_aggregate")),
-        label="error_type",
-    ),
-    Family(
-        True,
-        "retired_pages",
-        "Device memory pages retired after ECC errors (GPUs before Ampere).",
-        (("single_bit_ecc", "retired_pages_single_bit"), ("double_bit_ecc", "retired_pages_double_bit")),
-        label="cause",
-    ),
-    Family(
-        True,
-        "remapped_rows",
-        "Device memory rows remapped after ECC errors (Ampere and later).",
-        (("correctable", "remapped_rows_correctable"), ("uncorrectable", "remapped_rows_uncorrectable")),
-        label="cause",
-    ),
-)
 
 # (stats file field, metric name, help, counter) for PyTorch's caching allocator in each kernel
 ALLOCATOR_SERIES: tuple[tuple[str, str, str, bool], ...] = (

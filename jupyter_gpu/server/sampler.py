@@ -1,7 +1,8 @@
 """One NVML sampler per server: background threads fill a ring buffer that handlers only read.
 
-The fast thread reads the cheap fields of every GPU each ``interval``; the slow thread reads
-PCIe throughput (about 20 ms per call in NVML) every ``slow_interval``, so a slow reading never
+The fast thread reads the cheap fields of every GPU each ``interval`` (GPM's activity figures
+included, ~0.1 ms per GPU); the slow thread reads NVML's PCIe counter (about 20 ms per call; GPUs
+with GPM give PCIe on the fast cadence instead) every ``slow_interval``, so a slow reading never
 delays a fast one. Neither ever runs on the tornado event loop.
 """
 
@@ -258,10 +259,10 @@ class Sampler:
             "mig": device["mig"],
             "state": "ok",
             "error": None,
-            **values,
-            "power_limit_watts": device.get("power_limit_watts"),
             **slow_values,
-            "unsupported": {**unsupported, **slow_unsupported},
+            **values,  # after the slow readings: PCIe from GPM where the GPU has it (reader.slow)
+            "power_limit_watts": device.get("power_limit_watts"),
+            "unsupported": {**slow_unsupported, **unsupported},
         }
         return cast("GpuSample", gpu)  # the reader's names are the schema's (test_server_api checks)
 

@@ -189,10 +189,48 @@ class GpuSample(TypedDict):
     clock_sm_mhz: NotRequired[int | None]
     clock_mem_mhz: NotRequired[int | None]
     fan_speed_percent: NotRequired[int | None]
-    # Read on a slower cadence than the other fields; null until the first such reading.
+    # Averaged since the sample before where the GPU has GPU performance monitoring; otherwise
+    # NVML's counter, read on a slower cadence than the other fields. Null until the first reading.
     pcie_rx_bytes_per_second: NotRequired[int | None]
-    # Read on a slower cadence than the other fields; null until the first such reading.
+    # As pcie_rx_bytes_per_second.
     pcie_tx_bytes_per_second: NotRequired[int | None]
+    # The share of SMs busy, over time: what utilization_gpu_percent is mistaken for (a single tiny
+    # kernel in flight reads 100% there and under 1% here). From GPU performance monitoring (Hopper
+    # and later), averaged since the sample before; null in a GPU's first sample. Absent in replies
+    # from servers that predate GPM support.
+    sm_active_percent: NotRequired[float | None]
+    # Resident warps against the SMs' maximum. From GPU performance monitoring (Hopper and later),
+    # averaged since the sample before; null in a GPU's first sample. Absent in replies from servers
+    # that predate GPM support.
+    sm_occupancy_percent: NotRequired[float | None]
+    # The share of time tensor cores ran, any precision. From GPU performance monitoring (Hopper and
+    # later), averaged since the sample before; null in a GPU's first sample. Absent in replies from
+    # servers that predate GPM support.
+    tensor_active_percent: NotRequired[float | None]
+    # Tensor cores on fp16, bf16 or tf32 (HMMA). From GPU performance monitoring (Hopper and later),
+    # averaged since the sample before; null in a GPU's first sample. Absent in replies from servers
+    # that predate GPM support.
+    tensor_hmma_active_percent: NotRequired[float | None]
+    # Tensor cores on int8 (IMMA). From GPU performance monitoring (Hopper and later), averaged
+    # since the sample before; null in a GPU's first sample. Absent in replies from servers that
+    # predate GPM support.
+    tensor_imma_active_percent: NotRequired[float | None]
+    # Tensor cores on fp64 (DFMA). From GPU performance monitoring (Hopper and later), averaged
+    # since the sample before; null in a GPU's first sample. Absent in replies from servers that
+    # predate GPM support.
+    tensor_dfma_active_percent: NotRequired[float | None]
+    # Device memory bandwidth used against its maximum. From GPU performance monitoring (Hopper and
+    # later), averaged since the sample before; null in a GPU's first sample. Absent in replies from
+    # servers that predate GPM support.
+    dram_active_percent: NotRequired[float | None]
+    # Received over all NVLinks. From GPU performance monitoring (Hopper and later), averaged since
+    # the sample before; null in a GPU's first sample. Absent in replies from servers that predate
+    # GPM support.
+    nvlink_rx_bytes_per_second: NotRequired[int | None]
+    # Sent over all NVLinks. From GPU performance monitoring (Hopper and later), averaged since the
+    # sample before; null in a GPU's first sample. Absent in replies from servers that predate GPM
+    # support.
+    nvlink_tx_bytes_per_second: NotRequired[int | None]
     # Energy used since the driver loaded (NVML's total energy consumption); grows until the driver
     # reloads.
     energy_joules: NotRequired[float | None]
