@@ -12,7 +12,8 @@ the trace says it was derived so.
 
 ``record`` (on a GPU machine; tests/test_record_trace_gpu.py runs it) samples the GPUs with
 jupyter_gpu's own sampler while a PyTorch training loop runs on each GPU in phases (load a model,
-train, grow the batch, free, idle), then writes the samples as a trace. Both keep the file small:
+train in bf16, grow the batch, a launch-bound loop of tiny kernels, free, idle), then writes the
+samples as a trace, GPM's figures included where the GPUs have GPM. Both keep the file small:
 at most ``--frames`` frames (evenly thinned), figures rounded as NVML gives them.
 """
 
@@ -29,6 +30,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
+
+from jupyter_gpu.nvml.fields import GPM_METRICS  # noqa: E402 (after the path)
 
 
 def _frame_gpu(gpu: dict[str, Any], processes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -53,6 +56,16 @@ def _frame_gpu(gpu: dict[str, Any], processes: list[dict[str, Any]]) -> dict[str
         "compute_processes": [
             {"pid": p["pid"], "used_gpu_memory": p["used_memory_bytes"]} for p in processes
         ],
+        **({"gpm": _gpm(gpu)} if gpu.get("sm_active_percent") is not None else {}),
+    }
+
+
+def _gpm(gpu: dict[str, Any]) -> dict[str, float]:
+    """A sample's GPM figures as NVML gives them (by metric id; percent, MiB/s)."""
+    return {
+        str(metric.metric_id): round(gpu[metric.name] / metric.scale, 3)
+        for metric in GPM_METRICS
+        if gpu.get(metric.name) is not None
     }
 
 
@@ -83,6 +96,9 @@ def trace_from_reply(
 ) -> dict[str, Any]:
     """A SimulatedNVML readings file with a trace, from a telemetry reply and a devices reply."""
     samples = [s for s in reply["history"] if all(g["state"] == "ok" for g in s["gpus"])]
+    # GPM's figures are averages since the sample before: a GPU's first sample has none
+    if any(g.get("sm_active_percent") is not None for s in samples for g in s["gpus"]):
+        samples = [s for s in samples if all(g.get("sm_active_percent") is not None for g in s["gpus"])]
     latest = reply["latest"]
     derived = not any("processes" in g for s in samples for g in s["gpus"])
     # PCIe arrives on a slower cadence: a sample before the first reading takes the first one
@@ -189,17 +205,32 @@ def run(rank, seconds):
     time.sleep(3 + 4 * rank)                      # idle, then start staggered
     model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(8)]).to(dev)
     opt = torch.optim.AdamW(model.parameters())
-    end = time.time() + seconds * 0.8
+    end = time.time() + seconds * 0.7
     batch = 512
     while time.time() < end:
         x = torch.randn(batch, 8192, pin_memory=True).to(dev, non_blocking=True)
         with torch.autocast('cuda', torch.bfloat16):
             loss = model(x).float().pow(2).mean()
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        if time.time() > end - seconds * 0.4:
+        if time.time() > end - seconds * 0.3:
             batch = 4096                          # a bigger batch: more memory, more power
     torch.cuda.synchronize(dev)
-    del model, opt
+    # a launch-bound loop: tiny kernels back to back (a CUDA graph), so NVML's utilisation reads
+    # ~100% while GPM's SM activity stays under 1%
+    x = torch.zeros(256, device=dev)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream(dev)
+    with torch.cuda.stream(side):
+        x.add_(1.0)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    with torch.cuda.graph(graph):
+        for _ in range(2000):
+            x.add_(1.0)
+    tiny_end = time.time() + seconds * 0.1
+    while time.time() < tiny_end:
+        graph.replay()
+        torch.cuda.synchronize(dev)
+    del model, opt, graph
     torch.cuda.empty_cache()
     time.sleep(seconds * 0.1)                     # freed, idle again
 

@@ -2,21 +2,19 @@
 
     python benchmarks/telemetry.py [--duration 15] [--simulated]
 
-Prints three tables:
-1. cost of one sample per GPU, fast fields and slow (PCIe) fields, read through jupyter_gpu's
-   NvmlReader;
-2. for a real `jupyter server` with jupyter_gpu (1 Hz sampler) and 0 / 3 / 50 clients polling
-   `api/gpu/telemetry` once a second (the sidebar's default): latency of `GET api/status` at
-   20 Hz, the event loop's lag (p50/p99, from benchmarks/lagprobe.py), the latency of the
-   telemetry request itself, and the sampler's CPU use;
-3. the same probe against jupyterlab-nvdashboard's server extension (if installed) with 0, 1
-   and 3 of its `gpu_resource` websockets open at its frontend default of 100 ms;
+Prints:
+1. cost of one sample per GPU through jupyter_gpu's NvmlReader: fast fields (GPM included, and
+   GPM alone), slow fields (field values; NVML's PCIe counter where the GPU has no GPM);
+2. a real `jupyter server` with jupyter_gpu (1 Hz sampler) and 0 / 3 / 50 clients polling
+   `api/gpu/telemetry` each second: `GET api/status` latency at 20 Hz, the loop's lag (p50/p99,
+   benchmarks/lagprobe.py), the telemetry request's latency, the sampler's CPU use;
+3. the same against jupyterlab-nvdashboard (if installed) with 0, 1 and 3 of its websockets;
 4. with --first-reply (alone): a page load's full-history reply with 8 simulated GPUs of 32
    processes each and 60 minutes of history (benchmarks/historyfill.py writes it in): bytes raw
    and gzipped, server CPU per reply (one alone, each after a new sample; and within a burst), and
    `GET api/status` p99 and loop lag p99 while 50 page loads land within a second, every 2 s,
-   against the same server without them. Run it on an older checkout (PYTHONPATH) to compare.
-Without a GPU, pass --simulated to run against replayed H200 readings (labelled as such).
+   against the same server without them (an older checkout on PYTHONPATH compares). Without a
+GPU, --simulated runs against replayed H200 readings (labelled as such).
 """
 
 from __future__ import annotations
@@ -73,10 +71,18 @@ def sample_cost(simulated: bool) -> None:
     except NvmlUnavailable as error:
         print(f"no usable GPU: {error.reason}\n(pass --simulated to benchmark against replayed readings)")
         sys.exit(1)
+    from jupyter_gpu.nvml.gpm import GpmReader
+
+    gpm = GpmReader(reader.nvml)
     rows = []
     for index in range(count):
         name = reader.device_info(index)[0]["name"]
-        fast, slow = [], []
+        fast, slow, gpm_reads = [], [], []
+        handle = reader.nvml.nvmlDeviceGetHandleByIndex(index)
+        for _ in range(200):  # GPM alone: one sample and the metrics since the one before
+            t = time.perf_counter()
+            gpm.read(index, handle, {}, {})
+            gpm_reads.append(time.perf_counter() - t)
         for _ in range(200):
             t = time.perf_counter()
             reader.fast(index)
@@ -91,16 +97,14 @@ def sample_cost(simulated: bool) -> None:
                 name,
                 f"{statistics.median(fast) * 1e6:.0f}",
                 f"{pct(fast, 99) * 1e6:.0f}",
+                "no GPM" if gpm.unsupported(index, handle) else f"{statistics.median(gpm_reads) * 1e6:.0f}",
                 f"{statistics.median(slow) * 1e3:.1f}",
             ]
         )
+    gpm.close()
     reader.close()
-    label = " (SIMULATED readings)" if simulated else ""
-    table(
-        f"1. One sample per GPU{label}",
-        ["gpu", "name", "fast p50 µs", "fast p99 µs", "slow (PCIe rx+tx) ms"],
-        rows,
-    )
+    header = ["gpu", "name", "fast p50 µs", "fast p99 µs", "of which GPM p50 µs", "slow ms"]
+    table(f"1. One sample per GPU{' (SIMULATED readings)' if simulated else ''}", header, rows)
 
 
 def free_port() -> int:
@@ -215,17 +219,8 @@ async def scenario(extension: str, clients: int, duration: float, simulated: boo
         client = nvdashboard_socket if extension == "nvdashboard" else poll_telemetry
         tasks = [asyncio.create_task(client(server, stop, client_latency)) for _ in range(clients)]
         await asyncio.sleep(2.0)  # warm up
-        _, before = await server.get("lagprobe")
-        before = json.loads(before)
         client_latency.clear()
-        status: list[float] = []
-        end = time.monotonic() + duration
-        while time.monotonic() < end:
-            dt, _ = await server.get("api/status")
-            status.append(dt)
-            await asyncio.sleep(0.05)
-        _, after = await server.get("lagprobe")
-        after = json.loads(after)
+        status, before, after = await status_probe(server, duration)
         stop.set()
         if tasks:
             await asyncio.wait(tasks, timeout=3)
@@ -273,17 +268,18 @@ def server_cpu(server: Server) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def status_probe(server: Server, duration: float) -> tuple[list[float], list[float]]:
-    """GET api/status at 20 Hz for ``duration`` s: its latencies, and the loop's lags meanwhile."""
-    await server.get("lagprobe")  # drain
+async def status_probe(server: Server, duration: float) -> tuple[list[float], dict, dict]:
+    """GET api/status at 20 Hz for ``duration`` s: its latencies, and the lag probe's reports
+    before (which drains it) and after (the loop's lags meanwhile, the sampler's CPU)."""
+    _, before = await server.get("lagprobe")
     status: list[float] = []
     end = time.monotonic() + duration
     while time.monotonic() < end:
         dt, _ = await server.get("api/status")
         status.append(dt)
         await asyncio.sleep(0.05)
-    _, lags = await server.get("lagprobe")
-    return status, json.loads(lags)["lags"]
+    _, after = await server.get("lagprobe")
+    return status, json.loads(before), json.loads(after)
 
 
 async def page_loads(server: Server, stop: asyncio.Event, count: int, took: list[float]) -> None:
@@ -322,12 +318,14 @@ async def first_reply(duration: float, label: str) -> None:
                 before = server_cpu(server)
                 await server.get("api/gpu/telemetry", gzip=True)
                 alone.append(server_cpu(server) - before)
-            base_status, base_lags = await status_probe(server, duration)
+            base_status, _, base_probe = await status_probe(server, duration)
+            base_lags = base_probe["lags"]
             stop = asyncio.Event()
             cpu0, t0 = server_cpu(server), time.monotonic()
             took: list[float] = []
             loads = asyncio.create_task(page_loads(server, stop, 50, took))
-            status, lags = await status_probe(server, duration)
+            status, _, probe = await status_probe(server, duration)
+            lags = probe["lags"]
             stop.set()
             await loads
             cpu = server_cpu(server) - cpu0 - idle * (time.monotonic() - t0)

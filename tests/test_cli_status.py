@@ -332,6 +332,7 @@ def test_status_from_nvml_here_shows_a_lost_gpu_as_a_state(monkeypatch):
     from jupyter_gpu.nvml.simulated import SimulatedNVML
 
     sim = SimulatedNVML.from_file(READINGS)
+    sim.readings["devices"][0]["gpm"]["2"] = 42.4  # SM active, over the reading's window
     sim.lose_gpu(1)
     monkeypatch.setattr(jupyter_gpu.nvml, "NvmlReader", lambda: NvmlReader(sim))
     status = from_nvml()
@@ -341,6 +342,8 @@ def test_status_from_nvml_here_shows_a_lost_gpu_as_a_state(monkeypatch):
     assert [p["pid"] for p in status["processes"]] == [564]
     lines = render(status).splitlines()
     assert lines[0] == "GPUs from NVML on this machine; driver 580.159.04, CUDA 13.0"
+    assert lines[2].split()[:4] == ["GPU", "Name", "Util", "SM"]
+    assert lines[3].split()[3:7] == ["0", "%", "42", "%"]  # Util 0 %, SM 42 %
     assert lines[4].split()[:2] == ["1", "LOST"] and "stopped answering" in lines[4]
     assert lines[-1] == "(no Jupyter server asked, so no notebooks: pass --url to name one)"
 

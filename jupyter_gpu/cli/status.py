@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..server.schema.replies import DevicesReply, GpuProcess, Kernel, KernelsReply, TelemetryReply
 
 REASON_CHARS = 200  # a reply's reason shown in a table cell, at most
+GPM_WINDOW = 0.25  # seconds GPM's SM activity is averaged over when NVML is read here
 GPU_FIELDS = (
     "index",
     "uuid",
@@ -32,6 +33,7 @@ GPU_FIELDS = (
     "state",
     "error",
     "utilization_gpu_percent",
+    "sm_active_percent",
     "memory_used_bytes",
     "memory_total_bytes",
     "temperature_celsius",
@@ -65,25 +67,35 @@ def from_nvml() -> dict[str, Any]:
     status = _empty("nvml", None, simulated=False)
     reader = NvmlReader()
 
-    def lost(index: int, error: GpuLost, mig: Any = None) -> None:
-        status["gpus"].append(
-            {
-                "index": index,
-                "mig": mig,
-                "state": "lost",
-                "error": f"stopped answering ({error}): it needs a reset or a reboot",
-            }
-        )
+    def lost(index: int, error: GpuLost, mig: Any = None) -> dict[str, Any]:
+        return {
+            "index": index,
+            "mig": mig,
+            "state": "lost",
+            "error": f"stopped answering ({error}): it needs a reset or a reboot",
+        }
 
     try:
         reader.open()
         status.update(reader.system())
-        for info, _ in reader.devices(on_lost=lost):
+        devices: list[dict[str, Any]] = []  # in nvitop's order, lost ones in their place
+        for info, _ in reader.devices(on_lost=lambda index, error: devices.append(lost(index, error))):
+            devices.append(info)
+        for info in (d for d in devices if "state" not in d):  # GPM averages since a reading before
+            try:
+                reader.fast(info["index"])
+            except GpuLost:
+                pass  # told below
+        time.sleep(GPM_WINDOW)
+        for info in devices:
             index = info["index"]
+            if "state" in info:
+                status["gpus"].append(info)
+                continue
             try:
                 values, _ = reader.fast(index)
             except GpuLost as error:
-                lost(index, error, info["mig"])
+                status["gpus"].append(lost(index, error, info["mig"]))
                 continue
             status["gpus"].append({**info, **values, "state": "ok", "error": None})
             for proc in values.get("processes") or ():
@@ -221,6 +233,12 @@ def _process(
 # -- text --------------------------------------------------------------------------------------
 
 
+SM_NOTE = (
+    "(Util: the share of time any kernel ran. SM: the share of SMs busy (GPU performance monitoring, "
+    "Hopper on): a loop of tiny kernels reads Util 100% and SM near 0%.)"
+)
+
+
 def _value(value: Any, unit: str) -> str:
     return "n/a" if value is None else f"{value:.0f} {unit}"
 
@@ -235,16 +253,17 @@ def _name(gpu: dict[str, Any]) -> str:
 
 def _gpu_row(gpu: dict[str, Any]) -> list[str]:
     if gpu["state"] != "ok":
-        return [str(gpu["index"]), _name(gpu), gpu["state"].upper(), gpu.get("error") or "", "", ""]
+        return [str(gpu["index"]), _name(gpu), gpu["state"].upper(), "", gpu.get("error") or "", "", ""]
     used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
     memory = format_bytes_of(used, total) + (f" ({used / total:.0%})" if used is not None and total else "")
     if isinstance(gpu.get("mig"), dict):  # utilisation, temperature and power are its GPU's
-        return [str(gpu["index"]), _name(gpu), "", memory, "", ""]
+        return [str(gpu["index"]), _name(gpu), "", "", memory, "", ""]
     limit = gpu.get("power_limit_watts")
     return [
         str(gpu["index"]),
         _name(gpu),
         _value(gpu.get("utilization_gpu_percent"), "%"),
+        _value(gpu.get("sm_active_percent"), "%"),
         memory,
         _value(gpu.get("temperature_celsius"), "C"),
         _value(gpu.get("power_watts"), "W") + ("" if limit is None else f" / {limit:.0f} W"),
@@ -304,10 +323,12 @@ def render(status: dict[str, Any]) -> str:
     driver = f"driver {status['driver_version']}, CUDA {status['cuda_driver_version']}"
     lines = [f"GPUs {where}; {driver}", ""]
     lines += format_table(
-        ["GPU", "Name", "Util", "Memory used / total", "Temp", "Power / limit"],
+        ["GPU", "Name", "Util", "SM", "Memory used / total", "Temp", "Power / limit"],
         [_gpu_row(g) for g in status["gpus"]],
-        [True, False, True, True, True, True],
+        [True, False, True, True, True, True, True],
     )
+    if any(g.get("state") == "ok" and g.get("mig") is None for g in status["gpus"]):
+        lines.append(SM_NOTE)
     lines += ["", "Processes"]
     if status["processes"]:
         lines += format_table(
