@@ -109,6 +109,9 @@ def test_building_without_node_uses_a_prebuilt_frontend_and_says_so(source: Path
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert any(n.endswith(f"share/jupyter/labextensions/jupyter-gpu/{BUILT}") for n in names), names
+        # the REST API's description ships with the schemas its $refs name
+        api = {"jupyter_gpu/server/openapi.yaml", "jupyter_gpu/server/schema/devices.schema.json"}
+        assert api <= set(names), names
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: BSD-3-Clause" in metadata and "License-File: LICENSE" in metadata
     assert "License ::" not in metadata  # PEP 639: the expression, not a classifier

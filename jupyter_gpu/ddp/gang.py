@@ -115,7 +115,15 @@ class Gang:
         if self.single_node:
             node_rank, nodes = 0, 1
             lo = loopback_interface()
-            store_env = {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+            # A run id, as torchrun and the multi-node rendezvous set: is_torchelastic_launched()
+            # holds in the ranks, so Lightning's Trainer takes RANK and WORLD_SIZE from them
+            # (TorchElasticEnvironment) and says in one line when its `devices` do not match,
+            # where its default environment indexed past its device list.
+            store_env = {
+                "GLOO_SOCKET_IFNAME": lo,
+                "NCCL_SOCKET_IFNAME": lo,
+                "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
+            }
             if self.commands:
                 self.store_path = os.path.join(self.log_dir, "store")
             else:
@@ -123,7 +131,6 @@ class Gang:
                 store_env |= {
                     "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(self._host.port),
-                    "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
                     "TORCHELASTIC_USE_AGENT_STORE": "True",
                 }
         else:

@@ -128,6 +128,9 @@ class _Rank:
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
+            # Hugging Face's Trainer (through accelerate) joins a process group on the CPU only
+            # when told it runs there; else every rank trained alone, each with all the data.
+            os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         backend = self.config.options.backend
         if backend == "auto":
             backend = "nccl" if self.device.type == "cuda" else "gloo"

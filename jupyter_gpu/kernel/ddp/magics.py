@@ -74,7 +74,10 @@ class DDPMagics(ShellMagics):
         rank's value of --return (default _result) comes back as the dict _ddp (rank -> value,
         tensors on CPU). Rank 0's output is shown live (--output all: every rank, prefixed).
         A failing rank stops the others and its traceback is shown with this cell's line
-        numbers; interrupting the kernel stops all ranks.
+        numbers; interrupting the kernel stops all ranks. The ranks' environment is torchrun's
+        (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, TORCHELASTIC_RUN_ID), so
+        trainers made for torchrun (Hugging Face's Trainer, Lightning's Trainer(strategy="ddp",
+        devices=N)) train in the ranks' process group as they are.
 
         With --slurm, in a kernel inside a Slurm allocation (salloc -N2 ..., then Jupyter):
         srun starts -n ranks on each node of the job (--nodes K: its first K), output lines

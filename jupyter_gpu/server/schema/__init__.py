@@ -5,8 +5,10 @@ routes share (the schema version, NVML's state). They ship in the package so tha
 check what it receives; the server tests validate every reply against them, and the frontend's
 TypeScript types are generated from them (``jlpm build:schema`` in labextension/), and so are the
 Python ones the server and the CLI build and read replies with: ``replies.py``, TypedDicts written
-by ``python -m jupyter_gpu.server.schema.generate``. Replies are not validated at run time: the
-telemetry reply is assembled from pre-encoded samples for speed.
+by ``python -m jupyter_gpu.server.schema.generate``. ``../openapi.yaml`` (OpenAPI 3.1) describes
+the routes themselves, their parameters and error codes, and names these files for the replies.
+Replies are not validated at run time: the telemetry reply is assembled from pre-encoded samples
+for speed.
 """
 
 from __future__ import annotations
