@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-# Scripts branch on these; the README lists them.
+# Scripts branch on these; docs/reference/cli.md lists them.
 EXIT_OK = 0
 EXIT_FAIL = 1  # a check failed, or a server could not be asked
 EXIT_USAGE = 2  # argparse's own code for bad arguments
