@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..analysis.units import format_bytes, format_bytes_of, format_duration
 from ..server.owners import attributed
-from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, print_json
+from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, format_table, no_gpu_text, print_json
 from .server import Server, find_server, get, server_from_url
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def from_nvml() -> dict[str, Any]:
                 command = meta.command if meta.same_namespace is not False else None
                 status["processes"].append(_process(index, proc, command=command, user=meta.user))
     except NvmlUnavailable as error:
-        return {**status, "available": False, "reason": error.reason}
+        return {**status, "available": False, "reason": error.reason, "problem": error.problem.kind}
     finally:
         reader.close()
     status["available"] = True
@@ -108,7 +108,12 @@ def from_server(server: Server) -> dict[str, Any]:
     telemetry = cast("TelemetryReply", get(server, f"telemetry?since={time.time():.3f}"))
     latest = telemetry.get("latest")
     if not telemetry.get("available") or not isinstance(latest, dict):
-        return {**status, "available": False, "reason": telemetry.get("reason") or devices.get("reason")}
+        return {
+            **status,
+            "available": False,
+            "reason": telemetry.get("reason") or devices.get("reason"),
+            "problem": telemetry.get("problem") or devices.get("problem"),
+        }
     kernels = cast("KernelsReply", get(server, "kernels"))
     static = {d.get("index"): d for d in devices.get("devices") or [] if isinstance(d, dict)}
     status["kernels"] = [_kernel(kernel) for kernel in kernels.get("kernels") or []]
@@ -180,6 +185,7 @@ def _empty(kind: str, url: str | None, *, simulated: bool) -> dict[str, Any]:
         "source": {"kind": kind, "url": url, "simulated": simulated},
         "available": False,
         "reason": None,
+        "problem": None,  # the kind of reason, for scripts: library_not_found, driver_not_loaded, ...
         "driver_version": None,
         "cuda_driver_version": None,
         "gpus": [],
@@ -300,7 +306,7 @@ def render(status: dict[str, Any]) -> str:
     if source["simulated"]:
         where += ", SIMULATED readings"
     if not status["available"]:
-        return f"No GPU ({where}): {status['reason']}"
+        return no_gpu_text(where, status["reason"], status["problem"])
     driver = f"driver {status['driver_version']}, CUDA {status['cuda_driver_version']}"
     lines = [f"GPUs {where}; {driver}", ""]
     lines += format_table(
