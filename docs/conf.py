@@ -40,6 +40,7 @@ exclude_patterns = ["_build"]
 # Internal links are checked by the build itself: with -W a page, heading anchor or label that
 # does not exist fails it (myst.xref_missing, ref.ref). External ones are not (CI has no internet).
 nitpicky = True
+smartquotes = False  # "--url" in the parsers' help stays two hyphens, not an en dash
 
 html_theme = "pydata_sphinx_theme"
 html_title = "jupyter_gpu"
