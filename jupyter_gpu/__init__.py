@@ -5,7 +5,7 @@ Prometheus), ``kernel`` (the IPython side: magics and the kernel agent), and the
 frontend (TypeScript under ``labextension/`` in the source tree, shipped prebuilt). What they
 share is plain library code: ``nvml`` (the reader, its error table, process facts, visible GPUs),
 ``analysis`` (pure functions, units), ``doctor`` and ``warmup`` (which the magics and the
-``cli`` run). Nothing here imports torch at import time; README's "Layout" lists the import
+``cli`` run). Nothing here imports torch at import time; docs/contributing.md ("Layout") lists the import
 rules and ``tests/test_layering.py`` checks them.
 """
 

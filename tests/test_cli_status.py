@@ -53,6 +53,17 @@ STATUS_SCHEMA = {
         },
         "available": {"type": "boolean"},
         "reason": NULLABLE_STR,
+        "problem": {
+            "enum": [
+                None,
+                "library_not_found",
+                "driver_not_loaded",
+                "no_permission",
+                "version_mismatch",
+                "no_devices",
+                "other",
+            ]
+        },
         "gpus": {
             "type": "array",
             "items": {
@@ -157,15 +168,20 @@ def test_a_server_answering_something_else_is_one_line_and_exit_1():
 
 
 @no_gpu_only
-def test_status_without_gpu_says_why_in_one_line():
-    done = cli("status", "--no-server")
+def test_status_without_gpu_says_what_is_wrong_then_the_fix_wrapped_to_the_terminal():
+    done = cli("status", "--no-server", env={**ENV, "COLUMNS": "72"})
     assert done.returncode == 3
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("No GPU (from NVML on this machine): ")
     body = json.loads(cli("status", "--no-server", "--json").stdout)
     jsonschema.validate(body, STATUS_SCHEMA)
-    assert body["available"] is False and body["reason"] == lines[0].split(": ", 1)[1]
+    assert body["available"] is False and body["problem"] == "library_not_found"
     assert body["source"] == {"kind": "nvml", "url": None, "simulated": False}
+    what, fix = done.stdout.strip().split("\n  fix: ")
+    assert what.startswith("No GPU (from NVML on this machine): no NVIDIA driver found")
+    assert all(len(line) <= 72 for line in done.stdout.splitlines()), done.stdout
+    assert len(fix.splitlines()) > 1 and all(line.startswith("       ") for line in fix.splitlines()[1:])
+    # the words are the reply's: what is wrong and the fix, each said once
+    said = " ".join(done.stdout.split()).replace(" fix: ", " ", 1)
+    assert said.casefold() == f"No GPU (from NVML on this machine): {body['reason']}".casefold()
 
 
 # -- status against real Jupyter servers ----------------------------------------------------------

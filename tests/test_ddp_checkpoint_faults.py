@@ -77,7 +77,7 @@ def test_checkpoints_exchange_pickles_only_inside_dcp(kernel: Kernel, tmp_path: 
     ok(kernel, f"%ddp_load {ckpt} --model model --optimizer opt")
     during_load = recorded(kernel)
     for calls in (during_save, during_load):
-        # DCP's planning does move pickles between the ranks: what the README's threat table names
+        # DCP's planning does move pickles between the ranks: what the threat model (docs/security.md) names
         assert any(what == "unpickle" for what, *_ in calls), calls
         callers = {(module, function) for _, _, module, function in calls}
         assert all(str(module).startswith("torch.distributed.checkpoint.") for module, _ in callers), callers

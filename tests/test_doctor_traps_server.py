@@ -5,6 +5,7 @@ doctor as a stranger would; each with the cause, the fix and the exit code the u
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,16 +16,19 @@ from support.doctor_cli import ENV, doctor, row
 from support.waiting import wait_until
 
 CONFIG_FIX = "in `jupyter_server_config.py`"
+STRANGER = "/api/status?jupyter-gpu-doctor=checks-that-strangers-are-refused"
 
 
 def start_server(runtime: Path, *args: str) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--port=0", *args],
-        env={**ENV, "JUPYTER_RUNTIME_DIR": str(runtime)},
-        cwd=runtime,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """A real Jupyter server; its log goes to ``runtime/server.log``."""
+    with (runtime / "server.log").open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--port=0", *args],
+            env={**ENV, "JUPYTER_RUNTIME_DIR": str(runtime)},
+            cwd=runtime,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     wait_until("the server's jpserver file", lambda: list(runtime.glob("jpserver-*.json")), timeout=60)
     return server
 
@@ -75,6 +79,7 @@ def test_the_jupyter_server_is_asked_as_a_stranger_would(args, expected, fix):
         finally:
             server.terminate()
             server.wait(30)
+        log = (Path(runtime) / "server.log").read_text()
     for id_, (status, cause) in expected.items():
         got = row(report, id_)
         assert got["status"] == status and cause in got["summary"], got
@@ -82,6 +87,11 @@ def test_the_jupyter_server_is_asked_as_a_stranger_would(args, expected, fix):
             assert fix in got["fix"] and CONFIG_FIX in got["fix"], got
     if any(status == "fail" for status, _ in expected.values()):
         assert code == 1
+    # The stranger's requests a safe server refuses are warnings in its log; each says what it was.
+    refused = re.findall(r"\b40[35] (GET|POST|OPTIONS) (\S+)", log)
+    assert all(path == STRANGER for _, path in refused), refused
+    if not args:  # the GET without the token, the POST without the XSRF token
+        assert {method for method, _ in refused} == {"GET", "POST"}, log
     if os.geteuid() == 0:  # this machine: root, so the server ran with --allow-root
         assert row(report, "root")["status"] == "warn"
         assert "`c.ServerApp.allow_root = False`" in row(report, "root")["fix"]

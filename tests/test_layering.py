@@ -1,5 +1,5 @@
-"""The import rules of README's "Layout" hold for the package, and the check behind them catches
-each kind of break: every rule is planted, one at a time, in a copy of the package."""
+"""The import rules of the docs' "Layout" (docs/contributing.md) hold for the package, and the
+check behind them catches each kind of break: every rule is planted, one at a time, in a copy of the package."""
 
 from __future__ import annotations
 

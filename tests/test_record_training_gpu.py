@@ -1,5 +1,5 @@
 """Record what a real server answers over a few minutes of notebooks training on a GPU (issue #16:
-the README's pictures drawn from a real run). Run on the GPU machine with
+the pictures of the README and the docs drawn from a real run). Run on the GPU machine with
 
     JUPYTER_GPU_RECORD_DIR=out JUPYTER_GPU_RECORD_SECONDS=120 python -m pytest -m gpu tests/test_record_training_gpu.py
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-# Scripts branch on these; the README lists them.
+from ..nvml.reasons import PROBLEMS
+
+# Scripts branch on these; docs/reference/cli.md lists them.
 EXIT_OK = 0
 EXIT_FAIL = 1  # a check failed, or a server could not be asked
 EXIT_USAGE = 2  # argparse's own code for bad arguments
@@ -37,3 +41,17 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: S
         ).rstrip()
 
     return [line(headers), *(line(row) for row in rows)]
+
+
+def no_gpu_text(where: str, reason: str, problem: str | None) -> str:
+    """Why there is no GPU, for a terminal: what is wrong first, then the fix on lines of its own,
+    wrapped to the terminal's width. ``reason`` is the sentence replies carry (what is wrong and
+    the fix in one, ~400 characters for a missing driver); ``problem`` its kind, which names the
+    two parts. A kind this version does not know keeps the sentence whole."""
+    wrap = textwrap.TextWrapper(max(40, shutil.get_terminal_size().columns), break_on_hyphens=False)
+    known = PROBLEMS.get(problem or "")
+    if known is None:
+        return wrap.fill(f"No GPU ({where}): {reason}")
+    what = wrap.fill(f"No GPU ({where}): {known.summary}.")
+    wrap.initial_indent, wrap.subsequent_indent = "  fix: ", "       "
+    return f"{what}\n{wrap.fill(known.fix)}"

@@ -13,7 +13,7 @@ same checkpoint loads into DDP, FSDP2 and a plain model alike.
 
 Our own agreement between the ranks is a tensor ``all_reduce``: nothing a peer sends is
 unpickled by this module. DCP's planning does exchange pickles (``_DistWrapper`` in
-``torch/distributed/checkpoint/utils.py``); the README's threat table says what that leaves.
+``torch/distributed/checkpoint/utils.py``); the threat model (docs/security.md) says what that leaves.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class Gang:
         if not self.single_node:
             self.secret = shared_secret()
             if self.secret is None:
-                raise ValueError(f"a multi-node launch needs {SECRET_ENV} (see the README)")
+                raise ValueError(f"a multi-node launch needs {SECRET_ENV} (the docs' security page says why)")
         self.key = new_key()  # the channel's; travels to the ranks through the launcher only
         self.channel: KernelEnd | None = None
         self.store_path: str | None = None  # one node, commands: the process group's FileStore

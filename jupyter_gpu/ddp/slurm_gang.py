@@ -39,7 +39,7 @@ from .protocol import Command
 from .slurm_rank import CONFIG_ENV, encode
 
 # rank 0's store: a port below Linux's ephemeral range (no clash with outgoing connections); any
-# user on the node can still bind it first, and then the step fails at its start (README: Slurm)
+# user on the node can still bind it first, and then the step fails at its start (docs/security.md: Slurm)
 MASTER_PORTS = (20000, 30000)
 # srun cancels the step on SIGTERM and waits for it (Slurm's KillWait, 30 s by default)
 SRUN_STOP_S = 60.0

@@ -20,8 +20,10 @@ from ..client import Server, ServerError, discover
 
 ROUTE = "api/gpu/devices"
 # Answers 200 to a signed-in caller and refuses a stranger; takes no POST, so a POST that passes
-# the XSRF check gets 405 and changes nothing.
-STATUS_ROUTE = "api/status"
+# the XSRF check gets 405 and changes nothing. A well-kept server refuses these requests and logs
+# each refusal as a warning (that is what the doctor finds out); the query, which the route
+# ignores, says in those log lines what they were.
+STATUS_ROUTE = "api/status?jupyter-gpu-doctor=checks-that-strangers-are-refused"
 FOREIGN_ORIGIN = "http://jupyter-gpu-doctor.invalid"
 
 

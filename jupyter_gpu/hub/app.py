@@ -64,20 +64,21 @@ def _default_proxy_url() -> str | None:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m jupyter_gpu.hub", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    """The service's command line (also read by the docs' reference page)."""
+    p = argparse.ArgumentParser(prog="python -m jupyter_gpu.hub", description=__doc__.split("\n\n")[0])
+    p.add_argument(
         "--proxy-url",
         default=_default_proxy_url(),
         help="where this service reaches JupyterHub's proxy, e.g. http://127.0.0.1:8000",
     )
-    parser.add_argument(
+    p.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
         help=f"seconds to wait for each user server (default {DEFAULT_TIMEOUT})",
     )
-    parser.add_argument(
+    p.add_argument(
         "--cull-idle-servers",
         type=float,
         default=0.0,
@@ -85,14 +86,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="stop a user server whose kernels have all been idle this long (or that has had none "
         "this long), whatever tabs are open; never one with a busy kernel or that cannot be read (0: off)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--cull-warn-before",
         type=float,
         default=60.0,
         metavar="SECONDS",
         help="log a warning, and show it on the page, this long before a server is stopped (default 60)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--hub-template-path",
         action="append",
         default=[],
@@ -100,13 +101,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a folder of the Hub's custom templates (its c.JupyterHub.template_paths), so the page "
         "follows them; give it once per folder",
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    command = parser()
+    args = command.parse_args(argv)
     if args.cull_idle_servers < 0 or args.cull_warn_before < 0:
-        parser.error("--cull-idle-servers and --cull-warn-before take seconds, 0 or more")
+        command.error("--cull-idle-servers and --cull-warn-before take seconds, 0 or more")
     if not args.proxy_url:
-        parser.error("--proxy-url is needed: the Hub does not tell services where its proxy listens")
+        command.error("--proxy-url is needed: the Hub does not tell services where its proxy listens")
     if not args.timeout > 0:
-        parser.error("--timeout must be a positive number of seconds")
+        command.error("--timeout must be a positive number of seconds")
     return args
 
 
@@ -124,7 +130,9 @@ async def serve(argv: list[str]) -> None:
         if not env.get(name)
     ]
     if missing:
-        sys.exit(f"{', '.join(missing)} not set: run this as a JupyterHub managed service (see the README)")
+        sys.exit(
+            f"{', '.join(missing)} not set: run this as a JupyterHub managed service (see the docs' JupyterHub guide)"
+        )
     hub = Hub(
         server_at(env["JUPYTERHUB_API_URL"], env["JUPYTERHUB_API_TOKEN"]),
         args.proxy_url,

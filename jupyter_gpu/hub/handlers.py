@@ -2,7 +2,7 @@
 
 People are identified by the Hub's OAuth (``HubOAuthenticated``); only those whose token has
 ``access:services!service=<this service>`` get in (the Hub's own access check for services;
-the README's role grants it to instructors). The identity is resolved in ``prepare`` without
+the role in the docs' JupyterHub guide grants it to instructors). The identity is resolved in ``prepare`` without
 blocking the event loop (HubAuth's synchronous ``get_current_user`` would wait on a thread).
 A cookie-authenticated POST without the page's XSRF token identifies nobody (HubOAuth's own
 rule), so it is refused with 403 like a stranger's.

@@ -5,7 +5,7 @@ course/week1/intro.ipynb holding 6 GiB, idle.
 tests/fixtures/h200_training/ holds the `api/gpu/*` replies recorded by the gpu-marked test
 tests/test_record_training_gpu.py on the H200 machine (which has no browser). Here the browser's
 requests for those routes are answered with the recordings, so the charts are drawn from real
-GPU figures rather than the simulated backend's. The README's pictures are these screenshots.
+GPU figures rather than the simulated backend's. The pictures of the README and the docs are these screenshots.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A real JupyterHub for the instructor-view tests: the Hub, configurable-http-proxy from npm,
 DummyAuthenticator, SimpleLocalProcessSpawner, and student servers running jupyter_server with
 jupyter_gpu on the simulated backend. The service ``jupyter-gpu`` is registered with the very
-roles the README gives (``hub_config`` below is the README's block plus test plumbing).
+roles the docs give (``hub_config`` below is the block of docs/guide/jupyterhub.md plus test plumbing).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _free_port() -> int:
 def hub_config(
     proxy: str, service_port: int, admin_token: str, home: Path, service_args: tuple[str, ...] = ()
 ) -> str:
-    """jupyterhub_config.py: the README's service and roles, then what only the tests need."""
+    """jupyterhub_config.py: the docs' service and roles, then what only the tests need."""
     singleuser_args = [
         *(["--allow-root"] if os.geteuid() == 0 else []),  # the Hub refuses root servers otherwise
         "--ServerApp.jpserver_extensions={'jupyter_gpu': True}",
@@ -64,7 +64,7 @@ def hub_config(
 import sys
 c = get_config()  # noqa
 
-# --- as in the README ---
+# --- as in docs/guide/jupyterhub.md ---
 c.JupyterHub.services = [
     {{
         "name": "jupyter-gpu",

@@ -1,4 +1,4 @@
-"""The package's import rules (README, "Layout") and the check that reads them off the source.
+"""The package's import rules (docs/contributing.md, "Layout") and the check that reads them off the source.
 
 The check reads every module's import statements with ``ast`` and never runs the code, so a
 tree that would fail to import (or needs a GPU) is checked all the same. Imports inside

@@ -3,10 +3,9 @@ tests/fixtures/nvml_readings_2gpu.json), opened and with its devices listed, as 
 
 from __future__ import annotations
 
-from support.paths import READINGS
-
 from jupyter_gpu.nvml import NvmlReader
 from jupyter_gpu.nvml.simulated import SimulatedNVML
+from support.paths import READINGS
 
 
 def replayed() -> SimulatedNVML:
