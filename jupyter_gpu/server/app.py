@@ -52,7 +52,7 @@ class GPUMonitor(ExtensionApp):
     simulated_readings = Unicode(
         config=True,
         help="JSON file of NVML readings replayed by the simulated backend, looping (by default "
-        "jupyter_gpu/nvml/h200_trace.json: 2.5 minutes recorded on one H200 during a PyTorch training run).",
+        "jupyter_gpu/nvml/h200_trace.json: 130 s recorded on one H200 during a PyTorch training run, GPM's figures included).",
     )
     interval = Float(1.0, min=0.05, config=True, help="Seconds between samples of the fast fields.")
     slow_interval = Float(

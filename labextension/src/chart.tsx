@@ -34,6 +34,8 @@ export interface IChartSeries {
   /** Fill down to the series below (stacked) or to zero (the first). */
   fill?: boolean;
   dash?: number[];
+  /** What the series means, in a sentence: its legend row's hover. */
+  meaning?: string;
 }
 
 export interface ITimeChartProps {
@@ -268,8 +270,22 @@ function options(
     bands: props.series
       .map((s, i) => (s.fill && i > 0 ? { series: [i + 1, i] } : null))
       .filter((b): b is uPlot.Band => b !== null) as uPlot.Band[],
-    plugins: [markersPlugin(live, box)]
+    plugins: [markersPlugin(live, box), meaningsPlugin(props.series)]
   };
+}
+
+/** Each legend row's hover says what its series means, where it says. */
+function meaningsPlugin(series: IChartSeries[]): uPlot.Plugin {
+  const explain = (u: uPlot) => {
+    const rows = u.root.querySelectorAll<HTMLElement>('.u-legend .u-series');
+    series.forEach((s, i) => {
+      const row = rows[i + 1]; // the first row is the time
+      if (row && s.meaning) {
+        row.title = s.meaning;
+      }
+    });
+  };
+  return { hooks: { init: [explain] } };
 }
 
 function resolve(columns: ITimeChartProps['columns']): Columns {

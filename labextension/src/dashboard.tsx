@@ -8,11 +8,14 @@
  */
 import * as React from 'react';
 
+import { gpmView, GpmView, MEANING } from './activity';
+import { LaunchBoundHint, NotCharted } from './activityViews';
 import { formatAge } from './format';
 import {
+  ActivityChart,
   ClockChart,
   MemoryChart,
-  PcieChart,
+  LinkChart,
   PowerChart,
   TemperatureChart,
   UtilisationChart
@@ -144,9 +147,19 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
                 )}
               </h3>
               {!g.mig && (
-                <Panel title="Utilisation">
-                  <UtilisationChart {...props} withMemoryBusy />
-                </Panel>
+                <>
+                  <Panel title="Utilisation" hover={MEANING.utilisation}>
+                    <UtilisationChart {...props} withMemoryBusy />
+                  </Panel>
+                  <GpmPanel
+                    title="Really busy"
+                    hover={`${MEANING.smActive}\n${MEANING.tensorActive}`}
+                    view={gpmView(g, 'sm_active_percent')}
+                  >
+                    <ActivityChart {...props} />
+                    <LaunchBoundHint history={history} gpu={g} />
+                  </GpmPanel>
+                </>
               )}
               <Panel
                 title={
@@ -175,9 +188,16 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
                   <Panel title="SM clock">
                     <ClockChart {...props} />
                   </Panel>
-                  <Panel title="PCIe">
-                    <PcieChart {...props} />
+                  <Panel title="PCIe" hover={MEANING.pcie}>
+                    <LinkChart {...props} link="pcie" />
                   </Panel>
+                  <GpmPanel
+                    title="NVLink"
+                    hover={MEANING.nvlink}
+                    view={gpmView(g, 'nvlink_rx_bytes_per_second')}
+                  >
+                    <LinkChart {...props} link="nvlink" />
+                  </GpmPanel>
                 </>
               )}
             </section>
@@ -200,11 +220,36 @@ function memoryTitle(g: GpuSample, gpus: GpuSample[]): string {
     : 'Memory by notebook';
 }
 
-function Panel(props: { title: string; children: JSX.Element }): JSX.Element {
+function Panel(props: {
+  title: string;
+  /** What the chart shows, in a sentence or two: the title's hover. */
+  hover?: string;
+  children: React.ReactNode;
+}): JSX.Element {
   return (
     <div className="jp-gpu-dashboard-chart">
-      <div className="jp-gpu-chart-label">{props.title}</div>
+      <div className="jp-gpu-chart-label" title={props.hover}>
+        {props.title}
+      </div>
       {props.children}
     </div>
+  );
+}
+
+/** A chart of GPM figures, or why the GPU has none; nothing from servers before GPM. */
+function GpmPanel(props: {
+  title: string;
+  hover: string;
+  view: GpmView;
+  children: React.ReactNode;
+}): JSX.Element | null {
+  const { view } = props;
+  if (view === 'none') {
+    return null;
+  }
+  return (
+    <Panel title={props.title} hover={props.hover}>
+      {view === 'chart' ? props.children : <NotCharted reason={view.reason} />}
+    </Panel>
   );
 }

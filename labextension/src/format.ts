@@ -113,18 +113,30 @@ export function formatRate(
   return s === MISSING ? s : `${s}/s`;
 }
 
+/**
+ * A percentage, to `digits` decimals; `'fine'` gives one decimal below 10%
+ * (but none for 0), where the difference between 0.3% and 3% is the story
+ * (SM active of a launch-bound loop).
+ */
 export function formatPercent(
   percent: number | null | undefined,
-  digits = 0
+  digits: number | 'fine' = 0
 ): string {
-  return isNumber(percent) ? `${percent.toFixed(digits)}%` : MISSING;
+  if (!isNumber(percent)) {
+    return MISSING;
+  }
+  const places =
+    digits === 'fine'
+      ? percent !== 0 && Math.abs(percent) < 10
+        ? 1
+        : 0
+      : digits;
+  return `${percent.toFixed(places)}%`;
 }
 
 /** A 0..1 ratio as a percentage. */
 export function formatRatio(ratio: number | null | undefined): string {
-  return isNumber(ratio)
-    ? formatPercent(ratio * 100, ratio < 0.1 ? 1 : 0)
-    : MISSING;
+  return isNumber(ratio) ? formatPercent(ratio * 100, 'fine') : MISSING;
 }
 
 export function formatCelsius(c: number | null | undefined): string {

@@ -1,13 +1,16 @@
 /**
- * The panel's GPU cards: for each selected GPU, its utilisation and memory
- * charts over the panel's window and its other readings, each reading NVML
- * could not give marked "not supported" with the reason. A MIG device has a
+ * The panel's GPU cards: for each selected GPU, its utilisation, activity
+ * (SM and tensor cores, with a hint when it is busy but its SMs mostly idle)
+ * and memory charts over the panel's window and its other readings, each
+ * reading NVML could not give marked "not supported" with the reason. A MIG device has a
  * card of its own after its GPU's, with its memory and who holds it; what
  * belongs to the whole GPU (utilisation, temperature, power, clocks, PCIe) is
  * on the GPU's card only.
  */
 import * as React from 'react';
 
+import { gpmView, MEANING } from './activity';
+import { LaunchBoundHint, NotCharted } from './activityViews';
 import {
   formatAge,
   formatBytes,
@@ -19,7 +22,7 @@ import {
   formatRate,
   MemoryUnits
 } from './format';
-import { MemoryChart, UtilisationChart } from './gpuCharts';
+import { ActivityChart, MemoryChart, UtilisationChart } from './gpuCharts';
 import { GpuModel } from './model';
 import { viewRange, windowCut } from './series';
 import { deviceFor, deviceLabel } from './shape';
@@ -189,13 +192,14 @@ function WholeGpuBody(
     <>
       <div className="jp-gpu-chart">
         <div className="jp-gpu-chart-label">
-          <span>Utilisation</span>
+          <span title={MEANING.utilisation}>Utilisation</span>
           <Value gpu={g} field="utilization_gpu_percent">
             {formatPercent(g.utilization_gpu_percent)}
           </Value>
         </div>
         <UtilisationChart {...charts} />
       </div>
+      <ReallyBusy gpu={g} charts={charts} />
       {props.memory}
       <dl className="jp-gpu-readings">
         <Reading gpu={g} field="temperature_celsius" label="Temperature">
@@ -230,6 +234,42 @@ function WholeGpuBody(
         </Reading>
       </dl>
     </>
+  );
+}
+
+/**
+ * What the GPU really did beside its utilisation: SM and tensor-core
+ * activity, or why the GPU cannot tell (nothing from servers before GPM).
+ */
+function ReallyBusy(props: {
+  gpu: GpuSample;
+  charts: Parameters<typeof ActivityChart>[0];
+}): JSX.Element | null {
+  const { gpu: g, charts } = props;
+  const view = gpmView(g, 'sm_active_percent');
+  if (view === 'none') {
+    return null;
+  }
+  return (
+    <div className="jp-gpu-chart" data-field="really-busy">
+      <div className="jp-gpu-chart-label">
+        <span title={`${MEANING.smActive}\n${MEANING.tensorActive}`}>
+          Really busy
+        </span>
+        {view === 'chart' && (
+          <span className="jp-gpu-value" data-field="sm_active_percent">
+            SM {formatPercent(g.sm_active_percent, 'fine')} · tensor{' '}
+            {formatPercent(g.tensor_active_percent, 'fine')}
+          </span>
+        )}
+      </div>
+      {view === 'chart' ? (
+        <ActivityChart {...charts} />
+      ) : (
+        <NotCharted reason={view.reason} />
+      )}
+      <LaunchBoundHint history={charts.history} gpu={g} />
+    </div>
   );
 }
 

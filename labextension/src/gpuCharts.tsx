@@ -1,11 +1,12 @@
 /**
  * The charts of one GPU, as the panel's cards and the dashboard draw them:
- * utilisation, memory stacked by holder, power against its limit,
- * temperature, SM clock, PCIe. Each is the one TimeChart over columns shaped
+ * utilisation, SM and tensor-core activity, memory stacked by holder, power
+ * against its limit, temperature, SM clock, PCIe, NVLink. Each is the one TimeChart over columns shaped
  * by series.ts, with the one formatter (format.ts) for axes and hover values.
  */
 import * as React from 'react';
 
+import { MEANING } from './activity';
 import { BYTE_STEPS, GREY, PALETTE, TimeChart } from './chart';
 import {
   formatBytes,
@@ -52,9 +53,15 @@ export function UtilisationChart(
       className="jp-gpu-chart-utilisation"
       columns={columns}
       series={[
-        { label: 'GPU busy', colour: PALETTE[0] },
+        { label: 'GPU busy', colour: PALETTE[0], meaning: MEANING.utilisation },
         ...(props.withMemoryBusy
-          ? [{ label: 'memory busy', colour: PALETTE[1] }]
+          ? [
+              {
+                label: 'memory busy',
+                colour: PALETTE[1],
+                meaning: MEANING.memoryBusy
+              }
+            ]
           : [])
       ]}
       format={v => formatPercent(v)}
@@ -62,6 +69,39 @@ export function UtilisationChart(
       yMax={100}
       height={props.height}
       label={`${deviceLabel(props.gpu)} utilisation ${props.span}`}
+    />
+  );
+}
+
+/**
+ * What the GPU really did, from GPU performance monitoring: the share of SMs
+ * busy and of time the tensor cores ran, where utilisation counts any kernel.
+ */
+export function ActivityChart(props: IGpuChartProps): JSX.Element {
+  const columns = () =>
+    fieldColumns(
+      props.history,
+      props.gpu,
+      ['sm_active_percent', 'tensor_active_percent'],
+      props.maxGap
+    );
+  return (
+    <TimeChart
+      className="jp-gpu-chart-activity"
+      columns={columns}
+      series={[
+        { label: 'SM active', colour: PALETTE[2], meaning: MEANING.smActive },
+        {
+          label: 'tensor active',
+          colour: PALETTE[3],
+          meaning: MEANING.tensorActive
+        }
+      ]}
+      format={v => formatPercent(v, 'fine')}
+      range={props.range}
+      yMax={100}
+      height={props.height}
+      label={`${deviceLabel(props.gpu)} SM and tensor-core activity ${props.span}`}
     />
   );
 }
@@ -196,28 +236,41 @@ export function ClockChart(props: IGpuChartProps): JSX.Element {
   );
 }
 
-export function PcieChart(props: IGpuChartProps): JSX.Element {
+/** The links a GPU moves data over, each charted as rx and tx. */
+const LINKS = {
+  pcie: {
+    name: 'PCIe',
+    fields: ['pcie_rx_bytes_per_second', 'pcie_tx_bytes_per_second'],
+    meaning: MEANING.pcie
+  },
+  nvlink: {
+    name: 'NVLink',
+    fields: ['nvlink_rx_bytes_per_second', 'nvlink_tx_bytes_per_second'],
+    meaning: MEANING.nvlink
+  }
+} as const;
+
+/** Throughput over one of a GPU's links (PCIe, NVLink): received and sent. */
+export function LinkChart(
+  props: IGpuChartProps & { link: keyof typeof LINKS }
+): JSX.Element {
+  const link = LINKS[props.link];
   const columns = () =>
-    fieldColumns(
-      props.history,
-      props.gpu,
-      ['pcie_rx_bytes_per_second', 'pcie_tx_bytes_per_second'],
-      props.maxGap
-    );
+    fieldColumns(props.history, props.gpu, [...link.fields], props.maxGap);
   return (
     <TimeChart
-      className="jp-gpu-chart-pcie"
+      className={`jp-gpu-chart-${props.link}`}
       columns={columns}
       series={[
-        { label: 'rx', colour: PALETTE[4] },
-        { label: 'tx', colour: PALETTE[1] }
+        { label: 'rx', colour: PALETTE[4], meaning: link.meaning },
+        { label: 'tx', colour: PALETTE[1], meaning: link.meaning }
       ]}
       format={v => formatRate(v, props.units)}
       incrs={props.units === 'binary' ? BYTE_STEPS : undefined}
       range={props.range}
       yMax={null}
       height={props.height}
-      label={`${deviceLabel(props.gpu)} PCIe throughput ${props.span}`}
+      label={`${deviceLabel(props.gpu)} ${link.name} throughput ${props.span}`}
     />
   );
 }

@@ -63,7 +63,7 @@ export function windowCut(history: Sample[], t0: number): Sample[] {
  * and a search of every sample's GPUs was the larger part of a redraw with 8
  * GPUs over an hour.
  */
-function gpuReader(gpu: IGpuRef): (sample: Sample) => GpuSample | null {
+export function gpuReader(gpu: IGpuRef): (sample: Sample) => GpuSample | null {
   let at = 0;
   return sample => {
     let g: GpuSample | undefined = sample.gpus[at];

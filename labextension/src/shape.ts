@@ -160,7 +160,24 @@ export type SeriesField =
   | 'power_watts'
   | 'clock_sm_mhz'
   | 'pcie_rx_bytes_per_second'
-  | 'pcie_tx_bytes_per_second';
+  | 'pcie_tx_bytes_per_second'
+  | GpmField;
+
+/**
+ * GPU performance monitoring's fields (Hopper and later): null in a GPU's
+ * first sample, null with a reason in `unsupported` on a GPU without GPM,
+ * absent from servers that predate it.
+ */
+export type GpmField =
+  | 'sm_active_percent'
+  | 'sm_occupancy_percent'
+  | 'tensor_active_percent'
+  | 'tensor_hmma_active_percent'
+  | 'tensor_imma_active_percent'
+  | 'tensor_dfma_active_percent'
+  | 'dram_active_percent'
+  | 'nvlink_rx_bytes_per_second'
+  | 'nvlink_tx_bytes_per_second';
 
 /**
  * A GPU as the replies name it: NVML's index, and its UUID unless NVML could

@@ -76,10 +76,11 @@ def test_cards_show_each_gpu_with_its_readings(page, lab):
     assert fan.inner_text() == "not supported"
     assert fan.get_attribute("title") == "not supported on this GPU"
 
-    # the charts draw the server's history
+    # the charts draw the server's history: per GPU utilisation, really busy (the readings have
+    # GPM: SM and tensor-core activity) and memory
     page.wait_for_function(
         """() => [...document.querySelectorAll('#jupyter-gpu-panel .jp-gpu-timechart')]
-                 .filter(c => c.querySelector('canvas') && Number(c.dataset.samples) >= 2).length === 4"""
+                 .filter(c => c.querySelector('canvas') && Number(c.dataset.samples) >= 2).length === 6"""
     )
     screenshot(page, "panel-simulated-light")
 

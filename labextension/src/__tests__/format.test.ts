@@ -88,6 +88,11 @@ describe('other readings', () => {
     assert.equal(formatPercent(null), MISSING);
     assert.equal(formatRatio(0.25), '25%');
     assert.equal(formatRatio(0.042), '4.2%');
+    // 'fine': the tenths where they matter (SM active of a launch-bound loop), none for 0
+    assert.equal(formatPercent(0.33, 'fine'), '0.3%');
+    assert.equal(formatPercent(9.96, 'fine'), '10.0%');
+    assert.equal(formatPercent(96.6, 'fine'), '97%');
+    assert.equal(formatPercent(0, 'fine'), '0%');
     assert.equal(formatCelsius(36.6), '37 °C');
     assert.equal(formatPower(312.4, 700), '312 / 700 W');
     assert.equal(formatPower(null, 700), `${MISSING} / 700 W`);

@@ -133,6 +133,64 @@ describe('fieldColumns', () => {
   });
 });
 
+describe('fieldColumns of GPU performance monitoring', () => {
+  const gpm = ['sm_active_percent', 'tensor_active_percent'] as const;
+
+  it('draws SM and tensor activity, null in a first sample and where unsupported', () => {
+    const history = [
+      // a GPU's first GPM reading has no interval to average over
+      sample(100, [
+        gpu(0, { sm_active_percent: null, tensor_active_percent: null })
+      ]),
+      sample(101, [
+        gpu(0, { sm_active_percent: 96.6, tensor_active_percent: 93.7 })
+      ]),
+      sample(102, [
+        gpu(0, {
+          sm_active_percent: null,
+          tensor_active_percent: null,
+          unsupported: { sm_active_percent: 'needs GPU performance monitoring' }
+        })
+      ])
+    ];
+    const [t, sm, tensor] = fieldColumns(history, gpu(0), [...gpm], 5);
+    assert.deepEqual(t, [100, 101, 102]);
+    assert.deepEqual(sm, [null, 96.6, null]);
+    assert.deepEqual(tensor, [null, 93.7, null]);
+  });
+
+  it('reads a server that predates GPM (fields absent) as gaps, not zeros', () => {
+    const history = [100, 101].map(t => sample(t, [gpu(0)]));
+    const [, sm, tensor] = fieldColumns(history, gpu(0), [...gpm], 5);
+    assert.deepEqual(sm, [null, null]);
+    assert.deepEqual(tensor, [null, null]);
+  });
+
+  it('gives NVLink rx and tx per GPU in bytes per second', () => {
+    const MiB = 1024 ** 2;
+    const history = [
+      sample(100, [
+        gpu(0, {
+          nvlink_rx_bytes_per_second: 512 * MiB,
+          nvlink_tx_bytes_per_second: 0
+        }),
+        gpu(1, {
+          nvlink_rx_bytes_per_second: 0,
+          nvlink_tx_bytes_per_second: 512 * MiB
+        })
+      ])
+    ];
+    const links = [
+      'nvlink_rx_bytes_per_second',
+      'nvlink_tx_bytes_per_second'
+    ] as const;
+    assert.deepEqual(fieldColumns(history, gpu(1), [...links], 5).slice(1), [
+      [0],
+      [512 * MiB]
+    ]);
+  });
+});
+
 describe('memoryStack', () => {
   const owners = [
     owner(10, 'k-small', 'course/small.ipynb'),
