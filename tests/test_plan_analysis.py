@@ -76,7 +76,13 @@ def test_estimated_step_times_decide_where_every_candidate_has_one():
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("80GiB", 80 * 2**30), ("40 GB", 40 * 10**9), ("8e9", 8 * 10**9), ("512MiB", 512 * 2**20), ("1.5GiB", 3 * 2**29)],
+    [
+        ("80GiB", 80 * 2**30),
+        ("40 GB", 40 * 10**9),
+        ("8e9", 8 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1.5GiB", 3 * 2**29),
+    ],
 )
 def test_sizes_are_read_as_people_write_them(text, value):
     assert parse_bytes(text) == value
