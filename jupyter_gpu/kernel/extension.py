@@ -24,6 +24,7 @@ FEATURES: tuple[str, ...] = (
     "jupyter_gpu.kernel.amp",
     "jupyter_gpu.kernel.warmup_magic",
     "jupyter_gpu.kernel.profile_magic",
+    "jupyter_gpu.kernel.plan.magic",
     "jupyter_gpu.kernel.doctor_magic",
     "jupyter_gpu.kernel.ddp.magics",
     "jupyter_gpu.kernel.monitor",

@@ -62,3 +62,11 @@ def quoted_path(text: str) -> str:
     if len(words) != 1 or not words[0]:
         raise argparse.ArgumentTypeError(f"{shown(text)}: give one path (quote it if it has spaces)")
     return path_text(words[0])
+
+
+def quoted_text(text: str) -> str:
+    """``type=`` of an expression the user may quote to keep its spaces: ``"torch.randn(8, 3)"``
+    is ``torch.randn(8, 3)``; an unquoted one stays as typed."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
