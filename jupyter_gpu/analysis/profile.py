@@ -3,8 +3,9 @@
 ``%%gpu_profile`` exports the profile as a Chrome trace (the JSON that Perfetto and
 ``chrome://tracing`` open) and reads it back through :func:`analyse`, so the same code reads a
 live profile, a trace saved last week and the synthetic events of the tests. The events are
-sorted in ``profile_trace``, the hints are rules in ``profile_hints``, and the report is drawn
-in ``profile_report``.
+sorted in ``profile_trace``, the hints are rules in ``profile_hints``, what the Jupyter server's
+samples say the GPU did meanwhile is read in ``profile_activity``, and the report is drawn in
+``profile_report``.
 
 Times are in microseconds, as in the trace.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..report import Report, Reportable
+from .profile_activity import CellActivity, activity_hints
 from .profile_hints import Facts, Hint, hints
 from .profile_report import render
 from .profile_trace import CONV_OPS, MATMUL_OPS, Trace, TraceOp
@@ -76,6 +78,7 @@ class Profile(Reportable):
     trace_path: str | None = None
     trace_error: str | None = None
     top: int = 10
+    activity: CellActivity | None = None  # the server's GPM samples over the cell, where it has them
 
     @property
     def busy_share(self) -> float:
@@ -90,12 +93,13 @@ def analyse(
     facts: Facts | None = None,
     sort: str | None = None,
     top: int = 10,
+    activity: CellActivity | None = None,
 ) -> Profile:
     """Read a Chrome trace exported by ``torch.profiler`` into tables and hints.
 
     ``facts`` are the settings the trace does not record (default: torch's defaults); ``sort``
     is ``device``, ``cpu`` or ``memory`` (default: device time where the GPU ran anything, CPU
-    time otherwise).
+    time otherwise); ``activity``: what the server's samples say the GPUs did during the cell.
     """
     t = Trace(trace)
     gpu = t.gpu_name()
@@ -132,6 +136,7 @@ def analyse(
         allocations=allocations,
         hints=[],
         top=top,
+        activity=activity,
     )
     if gpu:
         profile.hints = hints(t, facts or Facts())
@@ -143,6 +148,9 @@ def analyse(
         profile.notes.append(
             "no GPU activity in this trace: CPU operators only (GPU busy time, kernels and hints need CUDA)"
         )
+    # GPM's figures are the whole GPU's and need no kernel in this trace (a cell may only wait
+    # for work an earlier cell queued).
+    profile.hints = activity_hints(profile.hints, activity)
     return profile
 
 

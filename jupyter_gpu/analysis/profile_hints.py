@@ -45,6 +45,7 @@ SHAPE_SHARE = 0.05  # an odd-shaped matmul worth naming: 5 % of GPU time
 COPY_SHARE = 0.05  # pageable copies worth a hint: 5 % of the cell
 MANY_SYNCS = 10
 MANY_CONVS = 10
+LAUNCH_BOUND = "many tiny kernels: launch-bound"  # the title profile_activity adds its figures to
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _launch_bound_hint(t: Trace, facts: Facts) -> Hint | None:
         return None
     kernels = _kernel_durations(t)
     return Hint(
-        "many tiny kernels: launch-bound",
+        LAUNCH_BOUND,
         f"{len(kernels):,} kernels, median {format_us(statistics.median(kernels))} each; the GPU was busy "
         f"only {t.busy_share:.0%} of the time: the CPU launches kernels more slowly than the GPU runs them",
         "fuse the small operations with `torch.compile(model)`, or replay the step as a CUDA graph "

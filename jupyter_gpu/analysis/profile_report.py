@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..report import Report, Row, Section
+from .profile_activity import activity_line, too_short
 from .units import format_bytes, format_us
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ def render(p: Profile) -> Report:
             summary.add(
                 "idle gap", format_us(gap.dur_us), f"at +{format_us(gap.offset_us)}, during {gap.during}"
             )
+    if p.activity is not None:
+        for gpu in p.activity.gpus:
+            summary.add(f"cuda:{gpu.device} activity", "", activity_line(gpu, p.activity.interval))
+        if not p.activity.gpus:
+            summary.add("SM and tensor-core activity", "", too_short(p.activity))
     sections = [summary] if summary.rows else []
     if p.ops:
         by = {"device": "device time", "cpu": "CPU time", "memory": "memory allocated"}[p.sort]

@@ -68,6 +68,17 @@ def _intervals_union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, 
     return merged
 
 
+def trace_devices(trace: Mapping[str, Any]) -> set[int]:
+    """torch's indices of the GPUs whose kernels, copies and memsets the trace holds."""
+    devices = set()
+    for e in trace.get("traceEvents", []):
+        if isinstance(e, dict) and e.get("cat") in GPU_CATEGORIES:
+            device = (e.get("args") or {}).get("device")
+            if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+                devices.add(device)
+    return devices
+
+
 class Trace:
     """The trace's events sorted into operators, GPU activities and their links."""
 

@@ -1,9 +1,10 @@
 """``%%gpu_profile``: run a cell under ``torch.profiler`` and say why it is slow.
 
 The profile is exported as a Chrome trace and read back by ``jupyter_gpu.analysis.profile``
-(tables and hints are pure functions of that trace), then the trace is moved to where the user
-can open it. The cell runs as it would without the magic: same namespace, same result, and an
-error keeps its traceback (the profile of what ran is shown first).
+(tables and hints are pure functions of that trace, and of what the Jupyter server's samples say
+the GPUs did meanwhile: ``gpm_samples``), then the trace is moved to where the user can open it.
+The cell runs as it would without the magic: same namespace, same result, and an error keeps its
+traceback (the profile of what ran is shown first).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from IPython.display import display
 
 from ..analysis.profile import Profile, analyse
 from ..analysis.profile_hints import Facts
-from ..analysis.profile_trace import CELL_MARK
+from ..analysis.profile_trace import CELL_MARK, trace_devices
 from .cellexec import run_source
 from .extension import ShellMagics, cell_number, unregister_magics
+from .gpm_samples import read_activity
 from .magic_args import parse as parse_args
 from .magic_args import quoted_path, shown
 
@@ -111,8 +113,11 @@ class ProfileMagics(ShellMagics):
         longest idle gaps, the top operators and GPU kernels, with ``--memory`` the peak and the
         largest allocations, and hints with their evidence and a fix (input pipeline,
         launch-bound loops, fp32 without Tensor Cores, odd matmul shapes, pageable copies, host
-        syncs, unfused attention, cuDNN benchmark). The trace is saved for chrome://tracing or
-        Perfetto. The cell's variables and result are as without the magic.
+        syncs, unfused attention, cuDNN benchmark). Where the Jupyter server samples GPU
+        performance monitoring (Hopper and later), it adds what each GPU really did while the
+        cell ran (SM and tensor-core activity beside NVML's utilisation) and says when the GPU
+        was busy by utilisation but its SMs mostly idle. The trace is saved for chrome://tracing
+        or Perfetto. The cell's variables and result are as without the magic.
         """
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
         args = parse_args(self.gpu_profile, line)
@@ -132,9 +137,10 @@ class ProfileMagics(ShellMagics):
             activities=activities, record_shapes=args.record_shapes, profile_memory=args.memory
         )
         wall_us: float | None = None
+        window: tuple[float, float] | None = None  # unix seconds, as the server stamps samples
         try:
             with profiler:
-                start = time.perf_counter()
+                start, began = time.perf_counter(), time.time()
                 try:
                     with record_function(CELL_MARK):
                         return run_source(self.ipython, cell)
@@ -142,18 +148,28 @@ class ProfileMagics(ShellMagics):
                     if cuda and torch.cuda.is_initialized():
                         torch.cuda.synchronize()  # the GPU's share of the cell ends here
                     wall_us = (time.perf_counter() - start) * 1e6
+                    window = (began, time.time())
         finally:
-            display(_result(profiler, _facts(torch), args, target, wall_us))
+            display(_result(profiler, _facts(torch), args, target, wall_us, window))
 
 
-def _result(profiler: Any, facts: Facts, args: Any, target: Path, wall_us: float | None) -> Profile:
-    """Export the trace, read it back, and move it to ``target`` (a failure there is reported)."""
+def _result(
+    profiler: Any,
+    facts: Facts,
+    args: Any,
+    target: Path,
+    wall_us: float | None,
+    window: tuple[float, float] | None,
+) -> Profile:
+    """Export the trace, read it back with the server's samples of the cell's ``window``, and
+    move it to ``target`` (a failure there is reported)."""
     with tempfile.TemporaryDirectory(prefix="jupyter-gpu-profile-") as folder:
         exported = Path(folder) / "trace.json"  # torch gzips a name ending in .gz
         profiler.export_chrome_trace(str(exported))
         with exported.open() as file:
             trace = json.load(file)
-        result = analyse(trace, facts, sort=args.sort, top=args.top)
+        activity = None if window is None else read_activity(*window, trace_devices(trace))
+        result = analyse(trace, facts, sort=args.sort, top=args.top, activity=activity)
         result.wall_us = wall_us
         try:
             _place(exported, target)

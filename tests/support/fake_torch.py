@@ -28,6 +28,17 @@ OOM_TEXT = (
     "Of the allocated memory 1.17 GiB is allocated by PyTorch, and 1.32 GiB is reserved by PyTorch "
     "but unallocated."
 )
+# What jupyter_gpu asks of torch.cuda (FAKE_CUDA_IN_TORCH answers them).
+QUERIES = (
+    "is_initialized",
+    "device_count",
+    "current_device",
+    "get_device_properties",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "mem_get_info",
+    "memory_snapshot",
+)
 # A notebook cell: this stand-in becomes the kernel's torch (the H200 allocator figures), then
 # jupyter_gpu loads, so that the kernel's agent (the real one) publishes those figures.
 FAKE_TORCH_THEN_LOAD = f"""
@@ -38,6 +49,18 @@ torch = types.ModuleType("torch")
 torch.cuda, torch.OutOfMemoryError = _fake_torch.FakeCuda(), _fake_torch.OutOfMemoryError
 sys.modules["torch"] = torch
 %load_ext jupyter_gpu
+"""
+# A notebook cell: the kernel's real (CPU) torch, whose CUDA queries the stand-in answers as a
+# kernel that initialised CUDA on the H200 would (``torch.cuda.is_available()`` stays False, so
+# torch itself runs on the CPU): for what jupyter_gpu reads of torch, with torch's profiler real.
+FAKE_CUDA_IN_TORCH = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+from support import fake_torch as _fake_torch
+import torch
+_fake_cuda = _fake_torch.FakeCuda()
+for _name in {QUERIES!r}:
+    setattr(torch.cuda, _name, getattr(_fake_cuda, _name))
 """
 
 
