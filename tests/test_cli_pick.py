@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.cli import cli
+from support.cli import ENV, cli
 from support.paths import READINGS
 
 from jupyter_gpu.analysis.gpu_choice import Candidate, NotEnough, candidates, choose
@@ -78,8 +78,12 @@ def test_not_enough_memory_is_one_line_and_exit_1(two_h200, capsys):
 
 
 def test_without_a_gpu_or_with_a_bad_size_it_says_why():
-    done = cli("pick")
+    done = cli("pick", env={**ENV, "COLUMNS": "72"})
     assert done.returncode == 3 and done.stdout == ""
-    assert done.stderr.startswith("jupyter gpu pick: ") and len(done.stderr.splitlines()) == 1
+    lines = done.stderr.splitlines()  # what is wrong, then the fix, wrapped to the terminal
+    assert lines[0].startswith("No GPU (from NVML on this machine): ") and all(
+        len(line) <= 72 for line in lines
+    )
+    assert any(line.startswith("  fix: ") for line in lines), lines
     bad = cli("pick", "--memory", "lots")
     assert bad.returncode == 2 and "'lots' is not a size (e.g. 16GiB, 500MB, or bytes)" in bad.stderr

@@ -49,7 +49,7 @@ def no_gpu_text(where: str, reason: str, problem: str | None) -> str:
     the fix in one, ~400 characters for a missing driver); ``problem`` its kind, which names the
     two parts. A kind this version does not know keeps the sentence whole."""
     wrap = textwrap.TextWrapper(max(40, shutil.get_terminal_size().columns), break_on_hyphens=False)
-    known = PROBLEMS.get(problem or "")
+    known = PROBLEMS.get(problem or "") or next((p for p in PROBLEMS.values() if p.sentence == reason), None)
     if known is None:
         return wrap.fill(f"No GPU ({where}): {reason}")
     what = wrap.fill(f"No GPU ({where}): {known.summary}.")

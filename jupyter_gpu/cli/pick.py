@@ -11,7 +11,7 @@ import sys
 from ..analysis.gpu_choice import NotEnough, candidates, choose
 from ..analysis.units import format_bytes
 from ..nvml.holders import all_devices
-from .common import EXIT_NO_GPU, EXIT_OK, CliError, print_json
+from .common import EXIT_NO_GPU, EXIT_OK, CliError, no_gpu_text, print_json
 
 UNITS = {
     "": 1,
@@ -56,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.count < 1:
         raise CliError("--count must be at least 1", 2)
     devices, reason = all_devices()
-    if reason is not None:
-        raise CliError(reason, EXIT_NO_GPU)
+    if reason is not None:  # as `jupyter gpu status` says it: what is wrong, then the fix
+        print(no_gpu_text("from NVML on this machine", reason, None), file=sys.stderr)
+        return EXIT_NO_GPU
     try:
         chosen = choose(candidates(devices), count=args.count, memory=args.memory)
     except NotEnough as error:
