@@ -258,11 +258,14 @@ async def test_promtool_accepts_the_exposition_and_the_rules(jp_fetch, gpu_monit
     assert rules.returncode == 0 and "SUCCESS: 39 rules found" in rules.stdout, rules.stdout + rules.stderr
 
 
-@pytest.mark.parametrize("unit", ["prometheus_rules_test.yml", "prometheus_rules_mig_test.yml"])
+@pytest.mark.parametrize(
+    "unit", ["prometheus_rules_test.yml", "prometheus_rules_mig_test.yml", "prometheus_rules_gpm_test.yml"]
+)
 def test_the_rules_pass_promtools_unit_tests(prometheus_tools, unit):
     """promtool's rule unit tests: an idle kernel holding 38 GiB alerts after 5 minutes; one
     holding 512 MiB, or one that ran a cell a minute ago, does not. A MIG device's memory comes
-    out under its GPU's DCGM labels, told apart by GPU_I_ID and GPU_I_PROFILE, as dcgm-exporter's."""
+    out under its GPU's DCGM labels, told apart by GPU_I_ID and GPU_I_PROFILE, as dcgm-exporter's.
+    GPM's SM and tensor-core figures come out as DCGM's profiling fields, in its units."""
     unit = Path(__file__).parent / "fixtures" / unit
     done = subprocess.run([prometheus_tools[1], "test", "rules", str(unit)], capture_output=True, text=True)
     assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr

@@ -10,7 +10,7 @@ import importlib.util
 import json
 
 import pytest
-from support.browser import choose_in_palette, screenshot
+from support.browser import choose_in_palette, open_palette, screenshot
 
 pytestmark = [
     pytest.mark.browser,
@@ -34,8 +34,7 @@ def wait_started(page) -> None:
 
 
 def run_from_palette(page, label: str) -> None:
-    page.locator('.lm-MenuBar-itemLabel:text-is("View")').click()
-    page.locator('.lm-Menu-itemLabel:text-is("Activate Command Palette")').click()
+    open_palette(page)
     choose_in_palette(page, label)
 
 

@@ -293,6 +293,13 @@ def open_lab_listening(page: Any, server: LabServer) -> None:
     )
 
 
+def open_palette(page: Any) -> None:
+    """Open the command palette from the View menu, as JupyterLab and Notebook 7 both have it (a
+    shortcut pressed while a loaded machine's JupyterLab is still starting can go unheard)."""
+    page.locator('.lm-MenuBar-itemLabel:text-is("View")').click()
+    page.locator('.lm-Menu-itemLabel:text-is("Activate Command Palette")').click()
+
+
 def choose_in_palette(page: Any, label: str) -> None:
     """In the open command palette, run the command labelled ``label`` as a user does: type, then
     Enter on the highlighted match. (A click can miss: the palette redraws its items whenever any
