@@ -387,13 +387,8 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--cells", type=int, default=50)
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    parser.add_argument(
-        "--think",
-        type=float,
-        default=0.0,
-        help="seconds between loading (torch imported, CUDA used) and the first launch: a "
-        "notebook's cells in between (default 0: the launch right away, the worst case)",
-    )
+    think = "seconds between loading (torch imported, CUDA used) and the first launch (default 0: at once)"
+    parser.add_argument("--think", type=float, default=0.0, help=think)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     me = importlib.import_module(Path(__file__).stem)

@@ -1,22 +1,17 @@
 """The ranks of one launch or session on this node: rendezvous, processes, commands, teardown.
 
-Built on the public layers of ``torch.distributed`` rather than ``elastic_launch`` /
-``LocalElasticAgent``: the agent's ``run()`` blocks until the workers exit (no persistent
-workers), polls and tears down on its own schedule (the research measured 14 s until a failure
-reached the caller) and installs signal handlers for the whole run. Here:
-
-* commands and replies go over a private channel (``channel.py``: a Unix socket in the
-  session's 0700 directory), never through a store another user can reach;
-* on one node the ranks' process group starts from a ``FileStore`` in that same directory, so
-  nothing of a session listens on a port of torch's store, and gloo and NCCL are told to use
-  the loopback interface; scripts and the preflight (torchrun's ``env://`` contract) get a
-  loopback ``TCPStore`` instead (``store_host.py``). Across nodes ``rendezvous`` does torch's
-  c10d (or static) rendezvous at the user's endpoint, and the only message of ours that crosses
-  it is a signed abort (``abort.py``);
-* ``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
-  kernel), redirects their output to per-rank files and records error files;
-* this module wakes on each reply and looks at the processes every 50 ms, so a failure is seen
-  as soon as it is reported, and tears the ranks down with a short timeout.
+Built on torch.distributed's public layers, not ``elastic_launch`` / ``LocalElasticAgent``, whose
+``run()`` blocks until the workers exit (no persistent workers), polls and tears down on its own
+schedule (14 s until a failure reached the caller) and installs signal handlers. Here commands
+and replies go over a private channel (``channel.py``: a Unix socket in the session's 0700
+directory), never a store another user can reach. On one node the process group starts from a
+``FileStore`` in that directory (nothing listens on a port; gloo and NCCL use the loopback), and
+scripts and the preflight (torchrun's ``env://``) get a loopback ``TCPStore`` (``store_host.py``);
+across nodes ``rendezvous`` does torch's c10d (or static) rendezvous at the user's endpoint, and
+the only message of ours that crosses it is a signed abort (``abort.py``).
+``multiprocessing.start_processes`` starts the ranks (forkserver or spawn, never a fork of the
+kernel) with per-rank output files and error files; this module wakes on each reply and looks at
+the processes every 50 ms, so a failure is seen once reported, and tears down on a short timeout.
 """
 
 from __future__ import annotations
@@ -44,12 +39,9 @@ from .store_host import StoreHost
 from .torch_env import kept_signal_handlers, loopback_interface, quiet_torch_logs
 
 SHUTDOWN_TIMEOUT = 2.0  # SIGTERM -> SIGKILL; keeps 'others down within 5 s'
-# How long the kernel waits on the channel before it looks at the processes again.
-POLL_S = 0.05
-# A rank whose channel closed has this long to be seen dead, before it is named as silent.
-LOST_GRACE_S = 2.0
-# After a rank reported a failure: how long its peers are watched for a death behind it.
-FAILURE_GRACE_S = 0.15
+POLL_S = 0.05  # how long the kernel waits on the channel before it looks at the processes again
+LOST_GRACE_S = 2.0  # a rank whose channel closed has this long to be seen dead, else it is silent
+FAILURE_GRACE_S = 0.15  # after a rank reported a failure: its peers are watched for a death behind it
 
 
 class Gang:
@@ -115,10 +107,8 @@ class Gang:
         if self.single_node:
             node_rank, nodes = 0, 1
             lo = loopback_interface()
-            # A run id, as torchrun and the multi-node rendezvous set: is_torchelastic_launched()
-            # holds in the ranks, so Lightning's Trainer takes RANK and WORLD_SIZE from them
-            # (TorchElasticEnvironment) and says in one line when its `devices` do not match,
-            # where its default environment indexed past its device list.
+            # A run id, as torchrun sets: Lightning then takes RANK and WORLD_SIZE from the ranks
+            # (TorchElasticEnvironment) and says in one line when its `devices` do not match.
             store_env = {
                 "GLOO_SOCKET_IFNAME": lo,
                 "NCCL_SOCKET_IFNAME": lo,
@@ -378,6 +368,10 @@ class Gang:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         self.closed = True
+        self._end(wait)
+
+    def _end(self, wait: bool) -> None:
+        """Their output drained, the rest of the teardown now or (``wait=False``) on a thread."""
         if self.pump is not None:
             self.pump.drain()
         if wait:

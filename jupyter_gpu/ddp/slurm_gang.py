@@ -205,12 +205,7 @@ class SlurmGang(Gang):
         self.closed = True
         if srun is not None and srun.poll() is not None:
             self._join_readers()
-        if self.pump is not None:
-            self.pump.drain()
-        if wait:
-            self._finish_stop()
-        else:
-            threading.Thread(target=self._finish_stop, name="ddp-teardown", daemon=True).start()
+        self._end(wait)
 
     def _finish_stop(self) -> None:
         if self._srun is not None:
