@@ -184,17 +184,29 @@ def worker_options(ns: argparse.Namespace) -> WorkerOptions:
     if ns.device == "cuda":
         _gpu_usable("--device cuda")
     device = rank_device(ns.device, ns.backend, nproc, len(gpus) if gpus is not None else visible_gpus())
+    return _worker_options(
+        ns,
+        nproc,
+        gpus,
+        nnodes=nnodes,
+        node_rank=ns.node_rank,
+        rdzv_endpoint=_endpoint(ns.rdzv_endpoint) if ns.rdzv_endpoint else None,
+        device=device,
+    )
+
+
+def _worker_options(
+    ns: argparse.Namespace, nproc: int, gpus: tuple[int, ...] | None, **where: Any
+) -> WorkerOptions:
+    """The options every launch takes from its line as given; ``where`` the ranks run."""
     return WorkerOptions(
         nproc=nproc,
         backend=ns.backend,
         gpus=gpus,
         amp=ns.amp,
-        nnodes=nnodes,
-        node_rank=ns.node_rank,
-        rdzv_endpoint=_endpoint(ns.rdzv_endpoint) if ns.rdzv_endpoint else None,
         start_method=ns.start_method,
-        device=device,
         fsdp=ns.fsdp,
+        **where,
     )
 
 
@@ -235,16 +247,8 @@ def _slurm_options(ns: argparse.Namespace, nproc: int | None, gpus: tuple[int, .
         if nproc == 0:
             raise UsageError(f"job {job.job_id} has no GPUs: give the ranks per node with -n N")
     nproc = _ranks_per_node(nproc, gpus)
-    return WorkerOptions(
-        nproc=nproc,
-        backend=ns.backend,
-        gpus=gpus,
-        amp=ns.amp,
-        nnodes=nodes,
-        start_method=ns.start_method,
-        device=rank_device(ns.device, ns.backend, nproc, gpus_here),
-        fsdp=ns.fsdp,
-        slurm=True,
+    return _worker_options(
+        ns, nproc, gpus, nnodes=nodes, device=rank_device(ns.device, ns.backend, nproc, gpus_here), slurm=True
     )
 
 
