@@ -17,7 +17,7 @@ from support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 READINGS = REPO / "tests" / "fixtures" / "nvml_readings_2gpu.json"
-# The magics of the docs' guide (docs/guide/magics.md, multi-gpu.md), as IPython registers them.
+# The magics of the docs' guide (docs/guide/magics.md, planning.md, multi-gpu.md), as IPython registers them.
 MAGICS = {
     "line": [
         "amp",
@@ -34,6 +34,7 @@ MAGICS = {
         "gpu_doctor",
         "gpu_mem",
         "gpu_monitor",
+        "gpu_plan",
         "gpu_warmup",
     ],
     "cell": ["amp", "ddp", "ddp_launch", "gpu_profile", "gpu_warmup"],
