@@ -125,6 +125,18 @@ def test_a_rank_refuses_a_kernel_with_another_certificate(kernel_end: KernelEnd,
         impostor.close()
 
 
+def test_a_channel_stops_listening_once_closed_and_leaves_no_thread(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    end = KernelEnd(str(tmp_path), KEY, 1, host="127.0.0.1")
+    (listening,) = [t for t in set(threading.enumerate()) - before if t.name == "ddp-channel-tcp"]
+    _roundtrip(end, RankEnd(end.path, KEY, 0, end.pin))
+    end.close()
+    wait_until("the listener's thread to end", lambda: not listening.is_alive(), timeout=10)
+    host, _, port = end.path.rpartition(":")
+    with pytest.raises(ConnectionRefusedError):  # the port is free: nothing of this session answers
+        socket.create_connection((host, int(port)), timeout=5).close()
+
+
 def _handshake_threads() -> int:
     return sum(t.name == "ddp-channel-auth" for t in threading.enumerate())
 

@@ -213,7 +213,11 @@ class TlsListener:
         return conn
 
     def close(self) -> None:
+        """Stop listening. The shutdown wakes the accept loop: on Linux a close alone leaves a
+        thread blocked in accept() there, and the port listening, for the life of the process."""
         self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
         self._ready.put(None)
