@@ -25,7 +25,6 @@ import importlib
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -287,21 +286,13 @@ class Bench:
             self.row("start-up: torchrun --standalone", "failed", f"(exit code {code})")
 
     def per_cell(self) -> None:
+        from ddp_cells import cell_times, summary  # across Slurm nodes too: benchmarks/ddp_cells.py
+
         self.magic("ddp_start", f"-n {self.args.nproc}")
         try:
             self.magic("ddp", "", "x = 0")
-            times = []
-            for _ in range(self.args.cells):
-                started = time.perf_counter()
-                self.magic("ddp", "", "x += 1")
-                times.append(time.perf_counter() - started)
-            times.sort()
-            p90 = times[int(0.9 * (len(times) - 1))]
-            self.row(
-                "per-cell overhead: %%ddp (trivial cell)",
-                f"{statistics.median(times) * 1e3:.1f} ms",
-                f"(p90 {p90 * 1e3:.1f} ms, {len(times)} cells)",
-            )
+            times = cell_times(self.magic, "x += 1", self.args.cells)
+            self.row("per-cell overhead: %%ddp (trivial cell)", summary(times), f"({len(times)} cells)")
             self.failure("%%ddp", "ddp", "")
         finally:
             self.magic("ddp_stop", "")

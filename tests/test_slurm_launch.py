@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import pickle
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,12 +58,6 @@ def kernel(cluster: SlurmCluster) -> Iterator[SlurmKernel]:
     kernel.close()
 
 
-def _steps(cluster: SlurmCluster, job: str) -> list[str]:
-    """The job's steps that squeue shows (a launch's srun step while it runs)."""
-    out = cluster.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"]).stdout.split()
-    return [step for step in out if re.fullmatch(rf"{job}\.\d+", step)]
-
-
 def test_two_nodes_of_two_ranks_train_a_ddp_model_in_sync(kernel: SlurmKernel) -> None:
     cell = kernel.run(TRAIN, timeout=240)
     assert cell.error is None, cell.traceback + cell.stderr
@@ -75,14 +68,11 @@ def test_two_nodes_of_two_ranks_train_a_ddp_model_in_sync(kernel: SlurmKernel) -
         "[n2 rank 2] trained on n2: rank 2 local 0 of 4",
         "[n2 rank 3] trained on n2: rank 3 local 1 of 4",
     ]
-    check = kernel.run(
-        "import torch\nprint(sorted(_ddp), all(all(torch.equal(a, b) for a, b in zip(_ddp[0], p)) for p in _ddp.values()))"
-    )
-    assert check.stdout.strip() == "[0, 1, 2, 3] True", check.traceback
+    assert kernel.params_in_sync() == "[0, 1, 2, 3] True"
 
 
 def test_a_rank_raising_on_node_2_shows_its_traceback_named_and_the_step_is_cancelled(
-    kernel: SlurmKernel, cluster: SlurmCluster
+    kernel: SlurmKernel,
 ) -> None:
     cell = kernel.run(
         f"{LAUNCH}\nimport socket\nif RANK == 3:\n    raise ValueError(f'bad batch on {{socket.gethostname()}}')\n"
@@ -93,7 +83,7 @@ def test_a_rank_raising_on_node_2_shows_its_traceback_named_and_the_step_is_canc
     assert "Error on rank 3 on n2:" in cell.traceback
     assert "ValueError: bad batch on n2" in cell.traceback
     assert "line 4" in cell.traceback  # the cell's own numbering, the magic line counted
-    wait_until("the launch's job step to leave squeue", lambda: not _steps(cluster, kernel.job), timeout=60)
+    wait_until("the launch's job step to leave squeue", lambda: not kernel.steps(), timeout=60)
 
 
 def test_push_and_return_cross_nodes_and_nodes_takes_the_first(kernel: SlurmKernel) -> None:
@@ -167,13 +157,11 @@ def test_srun_refusing_the_step_is_one_line_in_its_own_words(
     assert cell.stderr.strip() == f"UsageError: --nodes 3: job {kernel.job} has 2 nodes (n1,n2)"
 
 
-def test_a_rank_exiting_on_node_2_is_named_and_ends_the_step(
-    kernel: SlurmKernel, cluster: SlurmCluster
-) -> None:
+def test_a_rank_exiting_on_node_2_is_named_and_ends_the_step(kernel: SlurmKernel) -> None:
     cell = kernel.run(f"{LAUNCH}\nimport os\nif RANK == 3:\n    os._exit(3)\ndist.barrier()\n", timeout=240)
     assert cell.error is not None
     assert cell.error["evalue"] == "rank 3 (on n2) exited with code 3", cell.traceback
-    wait_until("the launch's job step to leave squeue", lambda: not _steps(cluster, kernel.job), timeout=60)
+    wait_until("the launch's job step to leave squeue", lambda: not kernel.steps(), timeout=60)
 
 
 def test_outside_an_allocation_and_without_slurm_the_error_says_so(

@@ -65,7 +65,7 @@ class Session:
             gang.pump.set_target(CellStreams(), (0,))
             got = gang.collect(0)
             if report.incomplete(got, len(gang.ranks)):
-                raise report.error_for(got, gang.ranks, "", "", None)
+                raise report.error_for(got, gang.ranks, "", "", None, hosts=gang.hosts)
         except BaseException as exc:
             gang.stop(clean=False, wait=False)
             if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, DDPError):
@@ -179,7 +179,9 @@ class Session:
         )
         real = [r for r in got.failures() if not r.interrupted]
         if real or got.death is not None or got.aborted:
-            err = report.error_for(got, gang.ranks, cell_source, label, cell.timeout, stopped=False)
+            err = report.error_for(
+                got, gang.ranks, cell_source, label, cell.timeout, stopped=False, hosts=gang.hosts
+            )
             if stuck:
                 err.lines.append(f"\n{self.down_reason}\n")
             err.lines.append(restart)
@@ -316,19 +318,22 @@ class Session:
     def status(self) -> str:
         """What %ddp_status prints."""
         opts = self.options
-        head = (
-            f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), "
-            f"start method {opts.start_method}"
-        )
+        how = "srun (--slurm)" if opts.slurm else f"start method {opts.start_method}"
+        head = f"DDP session: {opts.nproc} ranks per node, {opts.nnodes} node(s), {how}"
         if not self.alive:
             return f"{head}\n  stopped: {self.down_reason or 'the ranks are gone'}; %ddp_restart\n"
         assert self.gang is not None
-        lines = [head, f"  cells run: {self.cells}; rank logs: {self.gang.log_dir}"]
-        pids = self.gang.pids()
+        lines = [head]
+        if opts.slurm:
+            from .slurm_gang import SlurmGang
+
+            assert isinstance(self.gang, SlurmGang)
+            lines.append(f"  {self.gang.placement()}")
+        lines.append(f"  cells run: {self.cells}; rank logs: {self.gang.log_dir}")
         for rank in self.gang.ranks:
-            info = self.info.get(rank, {})
+            info = self.info.get(rank, {})  # pid and host as the rank saw them (on its own node)
             lines.append(
-                f"  rank {rank}: pid {pids.get(rank)}, {info.get('backend')} on "
+                f"  rank {rank}: pid {info.get('pid')}, {info.get('backend')} on "
                 f"{info.get('device')}, host {info.get('host')}"
             )
         return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """What a kernel inside a Slurm allocation asks Slurm: its job, the job's nodes and their
 addresses, the ``srun`` command line, and what srun's own messages mean.
 
-Only Slurm's commands (``scontrol``, ``srun``) are used; nothing is started on a node but the
-job step. Every error quotes Slurm's own words.
+Only Slurm's commands (``scontrol``, ``srun``, ``squeue``, ``scancel``) are used; nothing is
+started on a node but the job step. Every error quotes Slurm's own words.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .errors import BadInput
 
+JOB_NAME = "jupyter_gpu"
 QUERY_TIMEOUT_S = 30.0  # scontrol answers at once unless slurmctld is down (then it says so)
 # srun's summary of a task that ended badly: "srun: error: n2: task 3: Exited with exit code 1"
 # (or "tasks 2-3: Killed" for several).
@@ -62,15 +63,20 @@ def allocation() -> Allocation:
 
 def scontrol(*args: str) -> str:
     """``scontrol``'s output; its own message as a SlurmError when it fails."""
+    return command("scontrol", *args)
+
+
+def command(name: str, *args: str) -> str:
+    """The output of Slurm's command ``name``; its own message as a SlurmError when it fails."""
     try:
         done = subprocess.run(
-            ["scontrol", *args], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False
+            [name, *args], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SlurmError(f"scontrol {' '.join(args)}: {exc}") from None
+        raise SlurmError(f"{name} {' '.join(args)}: {exc}") from None
     if done.returncode:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
-        raise SlurmError(f"scontrol {' '.join(args)}: {said[-1] if said else f'exit code {done.returncode}'}")
+        raise SlurmError(f"{name} {' '.join(args)}: {said[-1] if said else f'exit code {done.returncode}'}")
     return done.stdout
 
 
@@ -107,6 +113,7 @@ def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:
         f"--ntasks-per-node={per_node}",
         "--distribution=block",
         "--kill-on-bad-exit=1",
+        f"--job-name={JOB_NAME}",
         "--label",
         "--input=none",
         sys.executable,
@@ -150,3 +157,17 @@ def step_failure(lines: list[str]) -> str | None:
         if "Unable to create step" in line or "Only allocated" in line or "Invalid" in line:
             return f"srun refused the job step: {line.strip()}"
     return None
+
+
+def step_state(step: str) -> str:
+    """The job step's state as squeue tells it (RUNNING, ...), or "gone" once it has ended."""
+    try:
+        said = command("squeue", "-h", f"--steps={step}", "-O", "StepState").split()
+    except SlurmError as exc:
+        return f"unknown ({exc})"
+    return said[0] if said else "gone"
+
+
+def signal_step(step: str, name: str) -> None:
+    """Send signal ``name`` (INT, ...) to every task of the job step ``step`` (job.step)."""
+    command("scancel", "--quiet", f"--signal={name}", step)

@@ -8,10 +8,15 @@ allocation instead of ``Gang``'s local processes; the channel, commands and repl
 * the channel is TLS on this machine's address towards that node (``tls.py``); its key and
   the certificate's fingerprint reach the ranks in srun's environment, not its command line;
 * srun forwards the tasks' output (``--label``); threads split it into per-rank files that the
-  usual ``LogPump`` tails into the cell, lines marked with node and rank;
+  usual ``LogPump`` tails into the cell, lines marked with node and rank; that path is slower
+  than the replies, so each rank marks the end of a command's output on both streams and the
+  replies count once the marks are in (else a persistent cell's last lines would land in the next);
 * a rank that exits badly ends the step (``--kill-on-bad-exit``); srun's report of it, or of a
   refused step, a dead node or the time limit, becomes the error; stopping is SIGTERM to srun,
-  which cancels the step.
+  which cancels the step, and so is the kernel's end: srun gets SIGTERM from Linux when the
+  kernel exits or is killed (``lifeline.dies_with_parent``), so no step outlives its kernel;
+* an interrupt is ``scancel --signal=INT`` to the step (its id comes with the ranks' first
+  replies): each rank running a cell raises KeyboardInterrupt, an idle one ignores it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import contextlib
 import os
 import re
 import secrets
+import signal
 import subprocess
 import tempfile
 import threading
@@ -32,11 +38,12 @@ from . import slurm
 from .channel import KernelEnd
 from .errors import DDPError
 from .gang import Gang
+from .lifeline import dies_with_parent
 from .options import WorkerOptions
-from .outcome import Death
+from .outcome import Collected, Death
 from .output import LogPump, tail
 from .protocol import Command
-from .slurm_rank import CONFIG_ENV, encode
+from .slurm_rank import CONFIG_ENV, REPLIED_MARK, encode
 
 # rank 0's store: a port below Linux's ephemeral range (no clash with outgoing connections); any
 # user on the node can still bind it first, and then the step fails at its start (docs/security.md: Slurm)
@@ -45,6 +52,7 @@ MASTER_PORTS = (20000, 30000)
 SRUN_STOP_S = 60.0
 _LABEL = re.compile(r"\s*(\d+): ")  # srun --label: "3: text", padded when there are 10+ tasks
 SAID_LINES = 200  # srun's own lines kept for the error
+OUTPUT_WAIT_S = 5.0  # a reply's output marks are due within milliseconds; srun gone, they never come
 
 
 class SlurmGang(Gang):
@@ -55,6 +63,10 @@ class SlurmGang(Gang):
         self._srun: subprocess.Popen[bytes] | None = None
         self._said: collections.deque[str] = collections.deque(maxlen=SAID_LINES)
         self._readers: list[threading.Thread] = []
+        self._marks: list[dict[int, int]] = [{}, {}]  # stdout, stderr: rank -> last command marked
+        self._marked = threading.Condition()
+        self.job: slurm.Allocation | None = None
+        self.step: str | None = None  # "job.step", once the ranks have said it
 
     def start(self, preset: Sequence[Command] = ()) -> None:
         """Start the step; ``preset`` commands wait in the channel for the ranks to connect."""
@@ -63,6 +75,7 @@ class SlurmGang(Gang):
         if opts.nnodes > len(job.nodes):
             raise slurm.SlurmError(f"--nodes {opts.nnodes}: job {job.job_id} has {len(job.nodes)} nodes")
         nodes = job.nodes[: opts.nnodes]
+        self.job = slurm.Allocation(job.job_id, nodes)
         n = opts.nproc
         self.log_dir = tempfile.mkdtemp(prefix="jupyter_gpu_ddp_")
         self.world_size = len(nodes) * n
@@ -85,13 +98,16 @@ class SlurmGang(Gang):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # a Jupyter interrupt is the kernel's to handle, not srun's
+                preexec_fn=dies_with_parent(signal.SIGTERM),
             )
         except OSError as exc:
             raise slurm.SlurmError(f"--slurm: cannot run srun: {exc}") from None
         for index, pipe in enumerate((self._srun.stdout, self._srun.stderr)):
             assert pipe is not None
             reader = threading.Thread(
-                target=self._split, args=(pipe, {r: paths[index] for r, paths in logs.items()}), daemon=True
+                target=self._split,
+                args=(pipe, {r: paths[index] for r, paths in logs.items()}, self._marks[index]),
+                daemon=True,
             )
             reader.start()
             self._readers.append(reader)
@@ -120,8 +136,9 @@ class SlurmGang(Gang):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in opts.gpus)
         return env
 
-    def _split(self, pipe: IO[bytes], paths: dict[int, str]) -> None:
-        """Copy each labelled line to its rank's file; srun's own lines are kept for errors."""
+    def _split(self, pipe: IO[bytes], paths: dict[int, str], marks: dict[int, int]) -> None:
+        """Copy each labelled line to its rank's file, up to a reply's mark (noted in ``marks``);
+        srun's own lines are kept for errors."""
         files: dict[int, IO[str]] = {}
         try:
             for raw in iter(pipe.readline, b""):
@@ -132,6 +149,7 @@ class SlurmGang(Gang):
                     self._said.append(line)
                     continue
                 text = line[found.end() :]
+                text, _, replied = text.partition(REPLIED_MARK)  # after a print(..., end="") too
                 if text.startswith(
                     "slurmstepd"
                 ):  # the step's own news (cancelled, time limit) comes labelled
@@ -140,12 +158,56 @@ class SlurmGang(Gang):
                     files[rank] = open(paths[rank], "a", encoding="utf-8")  # noqa: SIM115 - closed below
                 files[rank].write(text)
                 files[rank].flush()
+                if replied:
+                    with self._marked:
+                        marks[rank] = int(replied)
+                        self._marked.notify_all()
         finally:
             pipe.close()
             for handle in files.values():
                 handle.close()
+            with self._marked:
+                self._marked.notify_all()
+
+    def collect(
+        self,
+        seq: int,
+        deadline: float | None = None,
+        stop_on_error: bool = True,
+        got: Collected | None = None,
+    ) -> Collected:
+        """``Gang.collect``; the step's id is taken from the first replies that carry it."""
+        got = super().collect(seq, deadline, stop_on_error, got)
+        self._await_output(seq, list(got.replies))
+        if self.step is None:
+            self.step = next(
+                (r.info["slurm_step"] for r in got.replies.values() if "slurm_step" in r.info), None
+            )
+        return got
+
+    def _await_output(self, seq: int, ranks: list[int]) -> None:
+        """Until the output these ranks wrote before replying to ``seq`` is in their files."""
+
+        def written() -> bool:
+            readers_done = not any(reader.is_alive() for reader in self._readers)
+            return readers_done or all(m.get(r, -1) >= seq for m in self._marks for r in ranks)
+
+        with self._marked:
+            self._marked.wait_for(written, OUTPUT_WAIT_S)
+
+    def placement(self) -> str:
+        """The job, the nodes the ranks run on, and the step's state as Slurm tells it now."""
+        assert self.job is not None
+        step = f"step {self.step} {slurm.step_state(self.step)}" if self.step else "step starting"
+        return f"Slurm job {self.job.job_id}, nodes {','.join(self.job.nodes)}, {step}"
 
     # ------------------------------------------------------------ processes
+    def interrupt(self, ranks: list[int]) -> None:
+        """SIGINT to every task of the step: the ranks running a cell stop it, idle ones ignore it."""
+        if self.step is not None and not self.closed:
+            with contextlib.suppress(slurm.SlurmError):  # the step just ended: nothing to stop
+                slurm.signal_step(self.step, "INT")
+
     def poll_death(self) -> Death | None:
         """The rank srun reports as ended badly, once srun has exited; a step that ended for
         another reason (refused, a node lost, the time limit) raises DDPError in Slurm's words."""

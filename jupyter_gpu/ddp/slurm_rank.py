@@ -12,6 +12,15 @@ import pickle
 from .protocol import WorkerConfig
 
 CONFIG_ENV = "JUPYTER_GPU_DDP_CONFIG"
+# Written by a rank to its stdout and stderr before each reply: srun forwards output on a path of
+# its own, slower than the reply, and the kernel shows a cell's output once it has seen this mark.
+REPLIED_MARK = "\x1ejupyter_gpu replied "
+
+
+def mark_replied(seq: int) -> None:
+    """Say on both streams (flushed already) that the output of command ``seq`` is all written."""
+    for fd in (1, 2):
+        os.write(fd, f"{REPLIED_MARK}{seq}\n".encode())
 
 
 def encode(config: WorkerConfig) -> str:

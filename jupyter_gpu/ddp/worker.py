@@ -99,6 +99,10 @@ class _Rank:
     def _reply(self, seq: int, reply: Reply) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        if self.config.options.slurm:
+            from .slurm_rank import mark_replied
+
+            mark_replied(seq)
         reply.sent = time.monotonic()
         self.channel.reply(seq, reply)
 
@@ -161,17 +165,16 @@ class _Rank:
 
             mesh = fsdp.make_mesh(self.device, backend)
             self.ns.update(mesh=mesh, shard=functools.partial(fsdp.shard, mesh=mesh))
-        return Reply(
-            self.rank,
-            ok=True,
-            info={
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "backend": backend,
-                "device": str(self.device),
-                "torch": torch.__version__,
-            },
-        )
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "backend": backend,
+            "device": str(self.device),
+            "torch": torch.__version__,
+        }
+        if self.config.options.slurm:  # the kernel signals the step by its id (an interrupt)
+            info["slurm_step"] = f"{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+        return Reply(self.rank, ok=True, info=info)
 
     def _handle(self, cmd: Command) -> Reply:
         self._load(cmd.objects)

@@ -120,11 +120,14 @@ class DDPMagics(ShellMagics):
 
         Takes the worker options of %%ddp_launch. Stop them with %ddp_stop; %ddp_restart
         replaces them with fresh ones (after a stuck or interrupted collective, for instance).
+
+        With --slurm, in a kernel inside a Slurm allocation: one srun job step runs -n ranks on
+        each node of the job (--nodes K: its first K) until %ddp_stop; %ddp_status shows the job,
+        its nodes, the step's state and each rank's host. The step ends with the kernel, even
+        when the kernel is killed.
         """
         ns = args.parse(self.ddp_start, line)
         options = args.worker_options(ns)
-        if options.slurm:
-            raise UsageError("%ddp_start --slurm is not there yet: %%ddp_launch --slurm runs one cell")
         if self.session is not None and self.session.alive:
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
         from ...ddp.session import Session
@@ -136,9 +139,11 @@ class DDPMagics(ShellMagics):
         session.start()
         self.session = session
         info = session.info[min(session.info)]
+        hosts = sorted({i["host"] for i in session.info.values()}) if options.slurm else []
         print(
             f"{len(session.info)} ranks ready ({info['backend']} on {info['device'].split(':')[0]}) "
             f"in {time.perf_counter() - started:.1f} s"
+            + (f" on {', '.join(hosts)}" if hosts else "")
             + ("; `mesh` and `shard(model)` are bound for FSDP2" if options.fsdp else "")
         )
         self._note(args.device_note(options, ns))
@@ -192,7 +197,8 @@ class DDPMagics(ShellMagics):
     @line_magic
     @usage_errors
     def ddp_status(self, line: str) -> None:
-        """Show the persistent ranks: pids, devices, cells run, where their logs are."""
+        """Show the persistent ranks: pids, hosts, devices, cells run, where their logs are; with
+        --slurm also the job, its nodes and the job step's state as Slurm tells it."""
         print(
             self.session.status()
             if self.session is not None
