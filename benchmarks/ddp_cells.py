@@ -7,12 +7,12 @@ A trivial cell (``x += 1``) and one that all-reduces a tensor, each run ``--cell
 ranks started once by ``%ddp_start`` (gloo on the CPU), through an in-process IPython shell: the
 time from the magic's call until every rank has replied, median and 90th percentile.
 
-One node: ``--nproc`` ranks on this machine (the channel is a Unix socket). With ``--slurm`` the
-test cluster (tests/support/slurm_cluster.py: a slurmd per network namespace, its nodes joined
-by a bridge) comes up, and this script runs again inside ``salloc -N2`` there, with
-``%ddp_start --slurm``: ``--nproc`` ranks on each of 2 nodes, one srun job step, the channel
-TLS over the bridge. The "nodes" share this machine's cores, so the figures are the software's
-cost, not a network's.
+One node: ``--nproc`` ranks on this machine (the channel is a Unix socket). With ``--slurm``,
+also twice as many here (the Slurm run's world size); then the test cluster comes up
+(tests/support/slurm_cluster.py: a slurmd per network namespace, its nodes joined by a bridge)
+and this script runs again inside ``salloc -N2`` there, with ``%ddp_start --slurm``: ``--nproc``
+ranks on each of 2 nodes, one srun job step, the channel TLS over the bridge. The "nodes" share
+this machine's cores, so the figures are the software's cost, not a network's.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def main() -> None:
     if args.inside:
         print(json.dumps(measure(f"--slurm -n {args.nproc} {gloo}", args.cells)))
         return
-    rows = {f"{args.nproc} ranks, one node": measure(f"-n {args.nproc} {gloo}", args.cells)}
+    sizes = (args.nproc, 2 * args.nproc) if args.slurm else (args.nproc,)  # and the Slurm run's size
+    rows = {f"{n} ranks, one node": measure(f"-n {n} {gloo}", args.cells) for n in sizes}
     if args.slurm:
         rows[f"{2 * args.nproc} ranks, 2 Slurm nodes x {args.nproc}"] = across_slurm(args)
     import torch
