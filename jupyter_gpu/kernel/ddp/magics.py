@@ -81,7 +81,8 @@ class DDPMagics(ShellMagics):
 
         With --slurm, in a kernel inside a Slurm allocation (salloc -N2 ..., then Jupyter):
         srun starts -n ranks on each node of the job (--nodes K: its first K), output lines
-        are marked with node and rank, and the channel to the ranks is TLS with a session key.
+        are marked with node and rank, and the channel to the ranks is TLS with a session key;
+        the job step ends with the cell, or with the kernel if it dies first.
 
         Line form: %ddp_launch -n 2 train.py --epochs 3
         """
