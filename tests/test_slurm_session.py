@@ -23,7 +23,7 @@ from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 
 START = "%ddp_start --slurm -n 2 --backend gloo"
-STEP_GONE_S = 30.0  # srun's SIGTERM kills the tasks at once; squeue shows it within seconds
+STEP_GONE_S = 10.0  # srun's SIGTERM kills the tasks at once: gone from squeue in 0.1-0.2 s here
 BUSY = "import time\nprint('busy', flush=True)\nwhile True:\n    time.sleep(0.05)\n"
 
 
@@ -47,6 +47,17 @@ def kernel(cluster: SlurmCluster) -> Iterator[SlurmKernel]:
     kernel = _kernel(cluster, 2)
     yield kernel
     kernel.close()
+
+
+def test_srun_refusing_the_step_is_one_line_and_leaves_no_session(kernel: SlurmKernel) -> None:
+    cell = kernel.run(START.replace("-n 2", "-n 3"), timeout=120)
+    assert cell.error is not None
+    assert cell.error["evalue"] == (
+        f"srun refused the job step: srun: error: Unable to create step for job {kernel.job}: "
+        "More processors requested than permitted"
+    )
+    assert kernel.run("%ddp_status").stdout.startswith("No DDP session")
+    assert not kernel.steps()
 
 
 def test_persistent_ranks_on_two_nodes_keep_a_ddp_model_between_cells(kernel: SlurmKernel) -> None:
