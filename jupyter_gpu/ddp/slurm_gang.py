@@ -158,7 +158,7 @@ class SlurmGang(Gang):
                     files[rank] = open(paths[rank], "a", encoding="utf-8")  # noqa: SIM115 - closed below
                 files[rank].write(text)
                 files[rank].flush()
-                if replied:
+                if replied.strip().isdigit():  # a rank's own code may print anything after the mark
                     with self._marked:
                         marks[rank] = int(replied)
                         self._marked.notify_all()
