@@ -21,22 +21,23 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .paths import ROOT
 from .slurm_cluster import NETNS_PREFIX, SlurmCluster, SlurmClusterError, _own_namespaces, sweep_stale
 
 DOWN_TIMEOUT_S = 15.0
 
 
-def _usage(cluster: SlurmCluster) -> str:
+def _usage(cluster: SlurmCluster, shell: bool) -> str:
     prefix = shlex.join(cluster.prefix())
     nodes = ", ".join(f"{node} {address}" for node, address in cluster.addresses.items())
     return f"""\
 Slurm cluster up: nodes {nodes}; controller ctl {cluster.controller_address}; config {cluster.conf}
-Run Slurm's commands in its lab namespace (another terminal, as root):
+Run Slurm's commands in its lab namespace{" (this shell is in it)" if shell else " (another terminal, as root)"}:
   {prefix} bash
   then e.g.: sinfo; srun -N2 hostname
-  a kernel in an allocation: PYTHONPATH={Path.cwd()} salloc -N2 --ntasks-per-node=2 jupyter console
-  and in it: %load_ext jupyter_gpu, then %%ddp_launch --slurm --backend gloo (GLOO_SOCKET_IFNAME=eth0)
-Ctrl-C here, or `python -m tests.support.slurm_lab down`, takes it down."""
+  a kernel in an allocation: PYTHONPATH={ROOT} GLOO_SOCKET_IFNAME=eth0 salloc -N2 --ntasks-per-node=2 python -m IPython
+  and in it: %load_ext jupyter_gpu, then %%ddp_launch --slurm --backend gloo cells
+{"Exit the shell to take it down." if shell else "Ctrl-C here, or `python -m tests.support.slurm_lab down`, takes it down."}"""
 
 
 def up(nodes: int, cpus: int, shell: bool) -> int:
@@ -50,7 +51,7 @@ def up(nodes: int, cpus: int, shell: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="slurm-lab-") as folder:
         started = time.monotonic()
         with SlurmCluster(folder, nodes=nodes, cpus_per_node=cpus) as cluster:
-            print(_usage(cluster), f"\n(up in {time.monotonic() - started:.1f} s)", flush=True)
+            print(_usage(cluster, shell), f"\n(up in {time.monotonic() - started:.1f} s)", flush=True)
             if shell:  # Ctrl-C is the shell's: a Python handler, reset in the shell at exec
                 signal.signal(signal.SIGINT, on_signal)
                 env = cluster.env({"PS1": "(slurm lab) \\w# "})
