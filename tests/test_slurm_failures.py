@@ -94,10 +94,30 @@ def test_the_time_limit_is_named_and_status_slurm_lists_the_job_and_step(
 ) -> None:
     job = _use_new_job(cluster, kernel)
     msg_id = _start_waiting(kernel)
-    listed = json.loads(_status(cluster, "--json"))
-    assert [(j["id"], j["state"], j["nodes"], j["time_limit_seconds"]) for j in listed["jobs"]] == [
-        (job, "RUNNING", "n[1-2]", None)
-    ]
+    waiting = cluster.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--job-name={JOB_NAME}",
+            "-N2",
+            "--exclusive",
+            "--time=5",
+            "--wrap=sleep 600",
+        ]
+    )
+    queued = waiting.stdout.strip()
+
+    def listing() -> dict | None:  # once the scheduler has said why the second job waits
+        listed = json.loads(_status(cluster, "--json"))
+        return listed if any(j["id"] == queued and j["reason"] for j in listed["jobs"]) else None
+
+    listed = wait_until("the second job's pending reason", listing, timeout=30)
+    assert {
+        j["id"]: (j["state"], j["nodes"], j["time_limit_seconds"], j["reason"]) for j in listed["jobs"]
+    } == {
+        job: ("RUNNING", "n[1-2]", None, None),
+        queued: ("PENDING", "", 300, "Resources"),
+    }
     assert [(s["id"], s["name"], s["nodes"]) for s in listed["steps"]] == [(f"{job}.0", JOB_NAME, "n[1-2]")]
     # Slurm's limits are whole minutes: the job ends once it has run the next whole minute
     # (at least 10 s from now, so the step is surely running when it comes)
@@ -106,7 +126,9 @@ def test_the_time_limit_is_named_and_status_slurm_lists_the_job_and_step(
     cluster.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={math.ceil((elapsed + 10) / 60)}"])
     table = _status(cluster)
     assert re.search(rf"^\s*{job}\s+RUNNING\s+2 \(n\[1-2\]\)\s+\d+ s / 60 s\s*$", table, re.M), table
+    assert re.search(rf"^\s*{queued}\s+PENDING\s+2\s+0 s / 5 min\s+Resources$", table, re.M), table
     assert re.search(rf"^\s*{job}\.0\s+RUNNING\s+n\[1-2\]\s+\d+ s / the job's\s*$", table, re.M), table
+    cluster.run(["scancel", queued])
     error = _error(kernel, msg_id, timeout=150)
     assert re.fullmatch(
         rf"job {job} reached its time limit and Slurm cancelled the step: slurmstepd-n\d: error: "

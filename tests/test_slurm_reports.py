@@ -4,6 +4,7 @@ a rank printing the same words mid-line, as a log line quoting an error would, f
 from __future__ import annotations
 
 from jupyter_gpu.ddp.slurm import TaskEnd, step_failure, task_ends
+from jupyter_gpu.ddp.slurm_queue import slurm_seconds
 
 
 def test_srun_reports_are_read():
@@ -41,3 +42,17 @@ def test_a_rank_cannot_forge_them():
     ]
     assert task_ends(forged) == []
     assert step_failure(forged, {}.get) is None
+
+
+def test_squeues_times_are_read_in_seconds():
+    times = ["0:07", "59:59", "1:00:00", "2-03:04:05", "UNLIMITED", "INVALID", "", "1-x:00"]
+    assert [slurm_seconds(t) for t in times] == [
+        7,
+        3599,
+        3600,
+        2 * 86400 + 3 * 3600 + 4 * 60 + 5,
+        None,
+        None,
+        None,
+        None,
+    ]

@@ -2,8 +2,8 @@
 ``slurm.JOB_NAME`` (``--alloc`` names its jobs so, ``--slurm`` launches their steps), as
 ``squeue --me --name`` says.
 
-Not ``squeue --json``: it ignores every filter and lists no steps, and its schema changes
-with each Slurm release; ``--Format`` fields are the same from Slurm 20.11 to 24.
+Not ``squeue --json``: in Slurm 22.05 it ignores every filter and lists no steps, and its
+schema is versioned by Slurm release.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def slurm_seconds(text: str) -> int | None:
     return seconds + int(days or 0) * 86400
 
 
-def squeue_argv(fields: tuple[str, ...], steps: bool) -> list[str]:
-    """``squeue`` listing this user's ``JOB_NAME`` jobs (or steps) as ``fields``, one a line."""
+def squeue_argv(steps: bool) -> list[str]:
+    """``squeue`` listing this user's ``JOB_NAME`` jobs (or steps), one a line."""
     listing = ["--steps"] if steps else []
+    fields = STEP_FIELDS if steps else JOB_FIELDS
     return [
         "squeue",
         "--me",
@@ -57,7 +58,7 @@ def squeue_argv(fields: tuple[str, ...], steps: bool) -> list[str]:
 
 
 def parse(text: str, steps: bool) -> list[QueueEntry]:
-    """squeue's lines for ``squeue_argv(..., steps)``, as entries."""
+    """squeue's lines for ``squeue_argv(steps)``, as entries."""
     fields = STEP_FIELDS if steps else JOB_FIELDS
     entries = []
     for line in text.splitlines():
@@ -82,7 +83,7 @@ def parse(text: str, steps: bool) -> list[QueueEntry]:
 
 
 def _squeue(steps: bool) -> list[QueueEntry]:
-    argv = squeue_argv(STEP_FIELDS if steps else JOB_FIELDS, steps)
+    argv = squeue_argv(steps)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
