@@ -151,3 +151,15 @@ def test_a_node_that_dies_mid_cell_is_named_with_slurms_reason(
     error = _error(kernel, msg_id, timeout=120)
     assert error == "node n2 failed and Slurm ended the job step; Slurm's reason: Not responding"
     assert cluster.node_states()["n2"].startswith("down")
+
+
+def test_a_node_whose_processes_all_die_is_named_at_once(cluster: SlurmCluster, kernel: SlurmKernel) -> None:
+    """Its ranks' connections close, so the kernel knows before Slurm does (SlurmdTimeout)."""
+    _use_new_job(cluster, kernel)
+    msg_id = _start_waiting(kernel)
+    cluster.kill_node("n2")
+    error = _error(kernel, msg_id, timeout=60)
+    assert error == (
+        "rank 1 (on n2) stopped answering: the channel to the kernel closed "
+        "(a rank's code closed it, or it was cut, or the node died)"
+    )
