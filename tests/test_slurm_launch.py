@@ -102,7 +102,9 @@ def test_push_and_return_cross_nodes_and_nodes_takes_the_first(kernel: SlurmKern
     assert kernel.run("print(_ddp)").stdout.strip() == "{0: 'n1', 1: 'n1'}"
 
 
-def test_the_session_key_is_on_no_command_line(kernel: SlurmKernel, tmp_path: Path) -> None:
+def test_the_session_key_is_on_no_command_line(
+    kernel: SlurmKernel, cluster: SlurmCluster, tmp_path: Path
+) -> None:
     flag = tmp_path / "go"
     msg_id = kernel.submit(
         f"{LAUNCH} --output all\nimport os, time\nprint('waiting', flush=True)\n"
@@ -110,7 +112,8 @@ def test_the_session_key_is_on_no_command_line(kernel: SlurmKernel, tmp_path: Pa
     )
     try:
         wait_until("every rank waiting", lambda: _waiting(kernel, msg_id) == 4, timeout=240)
-        ranks = [p for p in psutil.process_iter(["name", "cmdline"]) if _is_rank(p.info)]
+        ours = set(cluster.pids())  # not the ranks of another cluster's test running beside this one
+        ranks = [p for p in psutil.process_iter(["name", "cmdline"]) if p.pid in ours and _is_rank(p.info)]
         assert len(ranks) == 4, ranks
         config = pickle.loads(base64.b64decode(_environ(ranks[0].pid)[CONFIG_ENV]))
         secrets = [config.key.hex(), config.key.hex().upper(), _environ(ranks[0].pid)[CONFIG_ENV][:40]]

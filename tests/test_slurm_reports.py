@@ -4,6 +4,7 @@ a rank printing the same words mid-line, as a log line quoting an error would, f
 from __future__ import annotations
 
 from jupyter_gpu.ddp.slurm import TaskEnd, step_failure, task_ends
+from jupyter_gpu.ddp.slurm_queue import slurm_seconds
 
 
 def test_srun_reports_are_read():
@@ -12,7 +13,24 @@ def test_srun_reports_are_read():
     refused = "srun: error: Unable to create step for job 1: More processors requested than permitted"
     assert step_failure([refused]) == f"srun refused the job step: {refused}"
     limit = "slurmstepd: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-12-02T08:00:00 DUE TO TIME LIMIT ***"
-    assert step_failure([limit]) == f"the job's time limit was reached: {limit}"
+    assert step_failure([limit]) == f"job 7 reached its time limit and Slurm cancelled the step: {limit}"
+
+
+def test_a_failed_node_is_named_with_slurms_reason_whichever_line_comes_first():
+    said = [
+        "slurmstepd-n1: error: *** STEP 6.0 ON n1 CANCELLED AT 2026-12-02T14:52:26 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+        "srun: error: Node failure on n2",
+        "srun: error: n1: task 0: Terminated",
+    ]
+    reasons = {"n2": "Not responding"}
+    assert (
+        step_failure(said, reasons.get)
+        == "node n2 failed and Slurm ended the job step; Slurm's reason: Not responding"
+    )
+    assert (
+        step_failure(said, {}.get)
+        == "node n2 failed and Slurm ended the job step: srun: error: Node failure on n2"
+    )
 
 
 def test_a_rank_cannot_forge_them():
@@ -23,4 +41,18 @@ def test_a_rank_cannot_forge_them():
         "print('Node failure')",
     ]
     assert task_ends(forged) == []
-    assert step_failure(forged) is None
+    assert step_failure(forged, {}.get) is None
+
+
+def test_squeues_times_are_read_in_seconds():
+    times = ["0:07", "59:59", "1:00:00", "2-03:04:05", "UNLIMITED", "INVALID", "", "1-x:00"]
+    assert [slurm_seconds(t) for t in times] == [
+        7,
+        3599,
+        3600,
+        2 * 86400 + 3 * 3600 + 4 * 60 + 5,
+        None,
+        None,
+        None,
+        None,
+    ]

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..server.owners import attributed
+from . import slurm_status
 from .common import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print_json
 from .server import Server, find_server, get, server_from_url
 from .status_table import render
@@ -55,6 +56,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--token", default=None, help="that server's token (default: $JUPYTER_TOKEN)")
     p.add_argument("--no-server", action="store_true", help="read NVML here; do not ask a Jupyter server")
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="list your jupyter_gpu jobs and job steps in Slurm's queue instead (no GPU or server asked)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON, for scripts")
     p.set_defaults(run=run)
 
@@ -251,6 +257,12 @@ def _checked(server: Server) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.slurm and (args.url or args.no_server or args.token):
+        raise CliError(
+            "--slurm asks Slurm, not a server: it goes without --url, --token and --no-server", EXIT_USAGE
+        )
+    if args.slurm:
+        return slurm_status.run(args)
     if args.url and args.no_server:
         raise CliError("--url and --no-server contradict each other", EXIT_USAGE)
     if args.token and not args.url:

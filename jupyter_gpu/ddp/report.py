@@ -31,7 +31,7 @@ def error_for(
 ) -> DDPError:
     """Explain why ``got`` is not a full set of successful replies (the ranks are already down).
 
-    ``hosts`` (rank -> node) names the node of a failing rank, where ranks span several."""
+    ``hosts`` (rank -> node) names the node of a failing or lost rank, where ranks span several."""
     hosts = hosts or {}
     dead = got.death.rank if got.death is not None else None
     silent = [r for r in ranks if r not in got.replies and r != dead]
@@ -69,9 +69,11 @@ def error_for(
         msg = f"timed out after {timeout:g} s; the ranks were stopped"
         return DDPInterrupted(msg, [f"DDPInterrupted: {msg}\n"])
     if got.lost:
+        nodes = sorted({hosts[rank] for rank in got.lost if rank in hosts})
+        where = f" (on {', '.join(nodes)})" if nodes else ""
         msg = (
-            f"{ranks_text(got.lost)} stopped answering: the channel to the kernel closed "
-            "(a rank's code closed it, or it was cut)"
+            f"{ranks_text(got.lost)}{where} stopped answering: the channel to the kernel closed "
+            f"(a rank's code closed it, or it was cut{', or the node died' if nodes else ''})"
         )
         return DDPError(msg, [msg + "\n"])
     msg = f"{ranks_text(silent)} exited without reporting back"

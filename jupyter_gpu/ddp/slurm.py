@@ -13,17 +13,22 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import BadInput
 
-JOB_NAME = "jupyter_gpu"
+JOB_NAME = "jupyter_gpu"  # the name of jupyter_gpu's Slurm jobs and job steps: `jupyter gpu status --slurm` lists them
 QUERY_TIMEOUT_S = 30.0  # scontrol answers at once unless slurmctld is down (then it says so)
 # srun's summary of a task that ended badly: "srun: error: n2: task 3: Exited with exit code 1"
 # (or "tasks 2-3: Killed" for several).
 # Slurm's own lines, anchored: a rank printing the same words mid-line is not Slurm speaking.
 _TASK_END = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+)")
 _SLURM_LINE = re.compile(r"^(?:srun|slurmstepd(?:-\S+)?): error: ")
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)")
+_STEP = re.compile(r"\*\*\* STEP (\d+)\.")
+# scontrol show node -o: "... Reason=Not responding [slurm@2026-12-02T14:52:26]" (last, or before another Key=)
+_REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= [A-Z]\w*=|$)")
 _EXIT_CODE = re.compile(r"Exited with exit code (\d+)")
 # srun's words for the signals a task can die of
 _SIGNALS = {
@@ -108,6 +113,7 @@ def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:
     return [
         "srun",
         f"--jobid={job}",
+        f"--job-name={JOB_NAME}",
         f"--nodes={nodes}",
         f"--ntasks={nodes * per_node}",
         f"--ntasks-per-node={per_node}",
@@ -146,16 +152,37 @@ def task_ends(lines: list[str]) -> list[TaskEnd]:
     return ends
 
 
-def step_failure(lines: list[str]) -> str | None:
-    """Why the whole step ended, in Slurm's words, when not because of a rank: srun refused
-    it, a node died, the job's time limit came."""
-    for line in filter(_SLURM_LINE.match, lines):
+def node_reason(node: str) -> str | None:
+    """Why Slurm took ``node`` out of service (its Reason, "Not responding" for a node that
+    stopped answering), without the who-and-when Slurm appends; None when it gives none."""
+    try:
+        said = scontrol("show", "node", "-o", node).strip()
+    except SlurmError:
+        return None
+    found = _REASON.search(said)
+    return found[1] if found else None
+
+
+def step_failure(lines: list[str], reason_of: Callable[[str], str | None] = node_reason) -> str | None:
+    """Why the whole step ended, in Slurm's words, when not because of a rank: a node failed
+    (named, with Slurm's reason for it from ``reason_of``), the job's time limit came, srun
+    refused the step."""
+    said = [line.strip() for line in lines if _SLURM_LINE.match(line)]
+    for line in said:
+        if found := _NODE_FAILURE.match(line):
+            reason = reason_of(found[1])
+            return f"node {found[1]} failed and Slurm ended the job step" + (
+                f"; Slurm's reason: {reason}" if reason else f": {line}"
+            )
+    for line in said:
         if "DUE TO TIME LIMIT" in line:
-            return f"the job's time limit was reached: {line.strip()}"
-        if "Node failure" in line or "NODE FAILURE" in line:
-            return f"a node of the job died: {line.strip()}"
+            step = _STEP.search(line)
+            job = f"job {step[1]}" if step else "the job"
+            return f"{job} reached its time limit and Slurm cancelled the step: {line}"
+        if "NODE FAILURE" in line:
+            return f"a node of the job failed and Slurm ended the job step: {line}"
         if "Unable to create step" in line or "Only allocated" in line or "Invalid" in line:
-            return f"srun refused the job step: {line.strip()}"
+            return f"srun refused the job step: {line}"
     return None
 
 

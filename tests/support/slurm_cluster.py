@@ -372,6 +372,10 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             shutil.rmtree(self.dir, ignore_errors=True)
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
+    def kill_node(self, node: str) -> None:
+        """``node``'s slurmd, slurmstepd and tasks die at once (SIGKILL), its network kept."""
+        self._killed |= _kill_netns([self.node_netns[node]])
+
     def pids(self) -> list[int]:
         """Every process in the cluster's namespaces: daemons, slurmstepd, job steps, kernels."""
         return [pid for netns in self._made for pid in _netns_pids(netns)]

@@ -21,7 +21,8 @@ from support.slurm_cluster import SlurmCluster
 
 
 class SlurmKernel(Kernel):
-    """``salloc <salloc_args> -- python -m ipykernel_launcher`` in ``cluster``'s lab namespace.
+    """``salloc <salloc_args> -- python -m ipykernel_launcher`` in ``cluster``'s lab namespace;
+    ``salloc_args`` None: the kernel alone, in no job (as on a login node; ``job`` is None).
 
     ``job_outlives_kernel``: salloc runs a shell that outlives the kernel (as a batch job's
     Jupyter server does), so the kernel's end does not end the job: whatever the kernel started
@@ -30,7 +31,7 @@ class SlurmKernel(Kernel):
     def __init__(
         self,
         cluster: SlurmCluster,
-        salloc_args: list[str],
+        salloc_args: list[str] | None,
         job_outlives_kernel: bool = False,
         **extra_env: str,
     ) -> None:
@@ -42,7 +43,8 @@ class SlurmKernel(Kernel):
         kernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         if job_outlives_kernel:
             kernel = ["sh", "-c", '"$@"; exec sleep 3600', "sh", *kernel]
-        argv = [*cluster.prefix(), "salloc", *salloc_args, "--", *kernel]
+        salloc = [] if salloc_args is None else ["salloc", *salloc_args, "--"]
+        argv = [*cluster.prefix(), *salloc, *kernel]
         spec.joinpath("kernel.json").write_text(
             # an interrupt as a message: a SIGINT to the process group would reach salloc too
             json.dumps(
@@ -64,13 +66,15 @@ class SlurmKernel(Kernel):
         self.iopub = []
         self.pid = self.km.provisioner.pid  # type: ignore[union-attr]
         self.run("from jupyter_gpu.kernel.ddp.magics import register; register(get_ipython())")
-        self.job, kernel_pid = self.run(
-            "import os; print(os.environ['SLURM_JOB_ID'], os.getpid())"
+        job, kernel_pid = self.run(
+            "import os; print(os.environ.get('SLURM_JOB_ID', '-'), os.getpid())"
         ).stdout.split()
+        self.job: str | None = None if job == "-" else job
         self.kernel_pid = int(kernel_pid)  # the kernel itself, below salloc (and the shell)
 
     def steps(self) -> list[str]:
         """The job's steps that squeue shows (a launch's or a session's srun step while it runs)."""
+        assert self.job is not None, "a kernel in no job has no steps"
         out = self.cluster.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"]).stdout.split()
         return [step for step in out if re.fullmatch(rf"{self.job}\.\d+", step)]
 
@@ -84,6 +88,7 @@ class SlurmKernel(Kernel):
         return check.stdout.strip() or check.traceback
 
     def job_running(self) -> bool:
+        assert self.job is not None, "a kernel in no job has no job to run"
         out = self.cluster.run(["squeue", "-h", "-j", self.job, "-o", "%T"], check=False).stdout
         return out.strip() == "RUNNING"
 
@@ -91,7 +96,7 @@ class SlurmKernel(Kernel):
         """Ask the kernel to exit (a dead one is fine), so salloc gives the allocation back; the
         cluster's stop() ends whatever is left."""
         self.kc.stop_channels()
-        if self.job_outlives_kernel:  # the job ends the shell, salloc and the kernel, if alive
+        if self.job_outlives_kernel and self.job:  # the job ends the shell, salloc and the kernel, if alive
             self.cluster.run(["scancel", self.job], check=False)
         self.km.shutdown_kernel(now=self.job_outlives_kernel)
         shutil.rmtree(self.folder, ignore_errors=True)
