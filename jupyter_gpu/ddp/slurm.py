@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .errors import BadInput
 
+JOB_NAME = "jupyter_gpu"
 QUERY_TIMEOUT_S = 30.0  # scontrol answers at once unless slurmctld is down (then it says so)
 # srun's summary of a task that ended badly: "srun: error: n2: task 3: Exited with exit code 1"
 # (or "tasks 2-3: Killed" for several).
@@ -46,15 +47,22 @@ class Allocation:
 
 
 def allocation() -> Allocation:
-    """The kernel's allocation, from the variables ``salloc``/``sbatch`` set."""
+    """The kernel's allocation: the one ``--alloc`` got it (``slurm_alloc.py``), else the job
+    it runs in, from the variables ``salloc``/``sbatch`` set."""
     if shutil.which("srun") is None:
         raise SlurmError("--slurm: no Slurm on this machine (srun is not on PATH)")
+    from .slurm_alloc import held  # it imports this module
+
+    own = held()
+    if own is not None:
+        return own
     job = os.environ.get("SLURM_JOB_ID")
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not job or not nodelist:
         raise SlurmError(
             "--slurm runs inside a Slurm allocation and this kernel is in none (SLURM_JOB_ID is not "
-            "set): start Jupyter inside one, e.g. `salloc -N2 --gpus-per-node=4`, then the server"
+            "set): start Jupyter inside one, e.g. `salloc -N2 --gpus-per-node=4`, then the server, "
+            'or ask Slurm for one with --alloc "-N2 --gpus-per-node=4"'
         )
     nodes = tuple(scontrol("show", "hostnames", nodelist).split())
     return Allocation(job, nodes)

@@ -1,7 +1,8 @@
 """A kernel started as a user starts one inside an allocation: ``salloc -N2 ... <kernel>`` in
 the lab namespace of a ``SlurmCluster``, so ``SLURM_JOB_ID`` and ``SLURM_JOB_NODELIST`` are its
-job's and ``srun`` works from it. The test talks to it over jupyter_client's ``ipc`` transport
-(Unix sockets by path cross network namespaces); the ddp magics are loaded."""
+job's and ``srun`` works from it; or, without salloc arguments, as on a login node: in the lab
+namespace, in no job. The test talks to it over jupyter_client's ``ipc`` transport (Unix
+sockets by path cross network namespaces); the ddp magics are loaded."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ from support.slurm_cluster import SlurmCluster
 
 
 class SlurmKernel(Kernel):
-    """``salloc <salloc_args> -- python -m ipykernel_launcher`` in ``cluster``'s lab namespace."""
+    """``salloc <salloc_args> -- python -m ipykernel_launcher`` in ``cluster``'s lab namespace;
+    with ``salloc_args`` None, the kernel alone (a login node's)."""
 
-    def __init__(self, cluster: SlurmCluster, salloc_args: list[str], **extra_env: str) -> None:
+    def __init__(self, cluster: SlurmCluster, salloc_args: list[str] | None, **extra_env: str) -> None:
         # ipc socket paths have 107 bytes at most: a short folder of its own, not pytest's
         self.folder = Path(tempfile.mkdtemp(prefix="jgsk-", dir="/tmp"))
         spec = self.folder / "kernels" / "slurm"
         spec.mkdir(parents=True)
-        argv = [*cluster.prefix(), "salloc", *salloc_args, "--", sys.executable, "-m", "ipykernel_launcher"]
+        salloc = ["salloc", *salloc_args, "--"] if salloc_args is not None else []
+        argv = [*cluster.prefix(), *salloc, sys.executable, "-m", "ipykernel_launcher"]
         spec.joinpath("kernel.json").write_text(
             json.dumps(
                 {"argv": [*argv, "-f", "{connection_file}"], "display_name": "slurm", "language": "python"}
@@ -47,7 +50,7 @@ class SlurmKernel(Kernel):
         self.iopub = []
         self.pid = self.km.provisioner.pid  # type: ignore[union-attr]
         self.run("from jupyter_gpu.kernel.ddp.magics import register; register(get_ipython())")
-        self.job = self.run("import os; print(os.environ['SLURM_JOB_ID'])").stdout.strip()
+        self.job = self.run("import os; print(os.environ.get('SLURM_JOB_ID', ''))").stdout.strip()
 
     def close(self) -> None:
         """Ask the kernel to exit, so salloc gives the allocation back; the cluster's stop()
