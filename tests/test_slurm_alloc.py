@@ -108,6 +108,26 @@ def test_an_allocation_ended_under_the_kernel_is_said_in_words(
     assert login.run("%ddp_stop").stdout.strip() == "No DDP session to stop"
 
 
+def test_an_allocation_past_its_time_limit_is_said_in_slurm_s_words(
+    login: SlurmKernel, cluster: SlurmCluster
+) -> None:
+    cell = login.run(ONE_RANK.replace("--nodes=1", "--nodes=1 --time=1"), timeout=240)
+    assert cell.error is None and "UsageError" not in cell.stderr, cell.traceback + cell.stderr
+    (job,) = _jobs(cluster)
+    # a minute, then slurmctld's next check (every 30 s): only Slurm's clock ends it
+    wait_until("the job's time limit", lambda: "JobState=TIMEOUT" in _job(cluster, job), timeout=180)
+    cell = login.run("%%ddp_launch --slurm -n 1\nprint('never')\n")
+    assert cell.stderr.strip() == (
+        f"UsageError: Slurm job {job}, this kernel's allocation, has ended: its time limit was "
+        "reached (Slurm's reason: TimeLimit)"
+    )
+    assert _jobs(cluster) == {}
+
+
+def _job(cluster: SlurmCluster, job: str) -> str:
+    return cluster.run(["scontrol", "show", "job", "-o", job], check=False).stdout
+
+
 def test_bad_alloc_options_are_one_line_in_salloc_s_own_words(
     login: SlurmKernel, cluster: SlurmCluster
 ) -> None:

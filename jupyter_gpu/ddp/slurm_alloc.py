@@ -71,6 +71,7 @@ _ENDED = {  # a job state that ends the allocation, in words
     "BOOT_FAIL": "a node failed to boot",
     "DEADLINE": "its deadline passed",
     "OUT_OF_MEMORY": "it ran out of memory",
+    "FORGOTTEN": "too long ago for Slurm to say why",
 }
 
 
@@ -274,8 +275,10 @@ def held() -> Allocation | None:
     job = _held.allocation.job_id
     try:
         fields = job_fields(job)
-    except SlurmError:  # "Invalid job id specified": ended long enough ago to be forgotten
-        fields = {"JobState": "COMPLETED"}
+    except SlurmError as exc:
+        if "Invalid job id" not in str(exc):
+            raise
+        fields = {"JobState": "FORGOTTEN"}  # ended long enough ago (MinJobAge) to be purged
     state, reason = fields.get("JobState", ""), fields.get("Reason", "None")
     if state == "RUNNING":
         return _held.allocation
