@@ -18,6 +18,8 @@ from support.slurm_cluster import SlurmCluster, two_nodes
 from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 
+from jupyter_gpu.ddp.slurm_alloc import gpus_in
+
 ALLOC = '--alloc "--nodes=2 --ntasks-per-node=2"'
 HOSTS = """%%ddp_launch --slurm -n 2 --backend gloo --output all {alloc}
 import os, socket
@@ -193,3 +195,20 @@ def test_a_kernel_shut_down_while_holding_an_allocation_leaves_no_job(cluster: S
     assert list(_jobs(cluster).values()) == ["jupyter_gpu"]
     kernel.close()
     _none_left(cluster, "after the kernel's shutdown")
+
+
+@pytest.mark.parametrize(
+    ("tres_per_node", "gpus"),
+    [
+        ("gres:gpu:4", 4),  # Slurm 22.05, --gpus-per-node=4
+        ("gres/gpu:4", 4),  # 23.02 on
+        ("gres/gpu:a100:2", 2),  # --gres=gpu:a100:2
+        ("gres/nic:1,gres/gpu:8", 8),
+        ("gres/nic:1", 0),
+        ("", 0),  # asked for no GPU per node: -n must say how many ranks
+    ],
+)
+def test_the_default_ranks_per_node_of_an_allocation_are_its_gpus_per_node(
+    tres_per_node: str, gpus: int
+) -> None:
+    assert gpus_in(tres_per_node) == gpus

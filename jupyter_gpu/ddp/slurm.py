@@ -101,7 +101,9 @@ def gpus_per_node() -> int:
         value = os.environ.get(name, "").rpartition(":")[2]  # "a100:4" names the type
         if value.isdigit():
             return int(value)
-    return 0
+    from .slurm_alloc import held_gpus_per_node  # an allocation of --alloc: no variables
+
+    return held_gpus_per_node()
 
 
 def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:

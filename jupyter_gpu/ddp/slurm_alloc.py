@@ -60,6 +60,9 @@ _REFUSED = {
     "-V": "it asks for no allocation",
     "--version": "it asks for no allocation",
 }
+# scontrol's TresPerNode for --gpus-per-node=4 or --gres=gpu:a100:4: "gres:gpu:4" (Slurm 22.05),
+# "gres/gpu:a100:4" (23.02 on)
+_GPUS = re.compile(r"\bgres[:/]gpu(?::[^:,=]+)?:(\d+)")
 _ENDED = {  # a job state that ends the allocation, in words
     "TIMEOUT": "its time limit was reached",
     "CANCELLED": "it was cancelled",
@@ -80,6 +83,7 @@ class Held:
     """The allocation this kernel holds, what it was asked with, and its watcher."""
 
     allocation: Allocation
+    gpus_per_node: int
     request: tuple[str, ...]
     watcher: subprocess.Popen[bytes]
 
@@ -152,7 +156,11 @@ class _Request:
         try:
             self._until_salloc_exits()
             code = self.salloc.wait()
-            granted = _granted(self.job) if code == 0 and self.job is not None else None
+            job, watcher = self.job, self.watcher
+            if code or job is None or watcher is None:
+                raise SlurmError(f"salloc refused the allocation: {_said(self.said, code)}")
+            fields = job_fields(job)
+            nodes = tuple(scontrol("show", "hostnames", fields.get("NodeList", "")).split())
         except KeyboardInterrupt:
             self._cancel()
             msg = (
@@ -162,13 +170,10 @@ class _Request:
         except BaseException:
             self._cancel()
             raise
-        if granted is None or self.watcher is None:
-            self._cancel()
-            raise SlurmError(f"salloc refused the allocation: {_said(self.said, code)}")
-        _held = Held(granted, self.options, self.watcher)
+        _held = Held(Allocation(job, nodes), gpus_in(fields.get("TresPerNode", "")), self.options, watcher)
         waited = format_duration(time.monotonic() - self.started)
-        self.show(f"Slurm job {granted.job_id} granted after {waited}: {','.join(granted.nodes)}")
-        return granted
+        self.show(f"Slurm job {job} granted after {waited}: {','.join(nodes)}")
+        return _held.allocation
 
     def _until_salloc_exits(self) -> None:
         interval, next_poll = POLL_FIRST_S, float("inf")
@@ -225,9 +230,15 @@ def job_fields(job: str) -> dict[str, str]:
     return dict(re.findall(r"(\w[\w/:]*)=(\S*)", scontrol("show", "job", "-o", job)))
 
 
-def _granted(job: str) -> Allocation:
-    nodelist = job_fields(job).get("NodeList", "")
-    return Allocation(job, tuple(scontrol("show", "hostnames", nodelist).split()))
+def gpus_in(tres_per_node: str) -> int:
+    """GPUs per node in scontrol's TresPerNode (0 when the job asked for none per node)."""
+    found = _GPUS.search(tres_per_node)
+    return int(found[1]) if found else 0
+
+
+def held_gpus_per_node() -> int:
+    """GPUs on each node of the allocation --alloc got (0 without one): the default ranks per node."""
+    return _held.gpus_per_node if _held is not None else 0
 
 
 def queue_line(job: str, waited: float) -> str:
