@@ -78,6 +78,9 @@ def test_alloc_runs_cells_across_two_nodes_until_ddp_stop_releases_it(
         f"[n2 rank 2] rank 2 on n2 in job {job}: sum 6",
         f"[n2 rank 3] rank 3 on n2 in job {job}: sum 6",
     ]
+    assert login.run("%ddp_status").stdout.splitlines()[-1] == (
+        f"Slurm job {job} held by this kernel (--alloc '--nodes=2 --ntasks-per-node=2'): 2 nodes n1,n2"
+    )
     # later launches, with the same --alloc (the cell run again) or none, run in the same job
     for alloc in (ALLOC, ""):
         again = login.run(HOSTS.format(alloc=alloc), timeout=240)

@@ -163,8 +163,10 @@ class _Request:
             nodes = tuple(scontrol("show", "hostnames", fields.get("NodeList", "")).split())
         except KeyboardInterrupt:
             self._cancel()
-            msg = (
-                f"interrupted; Slurm job {self.job} cancelled while it waited" if self.job else "interrupted"
+            msg = "interrupted; " + (
+                f"Slurm job {self.job} cancelled while it waited"
+                if self.job
+                else "salloc stopped before a job"
             )
             raise DDPInterrupted(msg, [f"KeyboardInterrupt: {msg}\n"]) from None
         except BaseException:
@@ -299,6 +301,17 @@ def held() -> Allocation | None:
         _held = None
         raise SlurmError(f"Slurm job {job}, this kernel's allocation, has ended: {_ENDED[state]}{why}")
     raise SlurmError(f"Slurm job {job}, this kernel's allocation, is {state}{why}: srun waits for RUNNING")
+
+
+def describe() -> str | None:
+    """The allocation held, in a line for ``%ddp_status``; None when none is."""
+    if _held is None:
+        return None
+    nodes = _held.allocation.nodes
+    return (
+        f"Slurm job {_held.allocation.job_id} held by this kernel (--alloc {shlex.join(_held.request)!r}): "
+        f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} {','.join(nodes)}"
+    )
 
 
 def release() -> str | None:

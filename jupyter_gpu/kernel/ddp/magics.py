@@ -200,12 +200,16 @@ class DDPMagics(ShellMagics):
     @line_magic
     @usage_errors
     def ddp_status(self, line: str) -> None:
-        """Show the persistent ranks: pids, devices, cells run, where their logs are."""
+        """Show the persistent ranks: pids, devices, cells run, where their logs are; and the
+        Slurm allocation that --alloc holds."""
         print(
             self.session.status()
             if self.session is not None
             else "No DDP session; start one with %ddp_start -n N"
         )
+        from ...ddp.slurm_alloc import describe
+
+        self._note(describe())
 
     @line_magic
     @usage_errors
