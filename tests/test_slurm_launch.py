@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 from support.ddp_kernel import Kernel
-from support.slurm_cluster import SlurmCluster, need_slurm
+from support.slurm_cluster import SlurmCluster, two_nodes
 from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 
@@ -45,10 +45,7 @@ params = [p.detach().clone() for p in model.parameters()]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    need_slurm()
-    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=2) as cluster:
-        yield cluster
-    assert cluster.leftovers() == []
+    yield from two_nodes(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -66,16 +66,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _watch(pid: int) -> None:
+def wait_for_exit(pid: int) -> None:
+    """Return once ``pid`` has exited (at once when it already has)."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
-        os._exit(70)
+        return
     except (AttributeError, OSError):
         while _alive(pid):
             time.sleep(0.5)
     else:
-        select.select([fd], [], [])  # readable once the kernel has exited
+        select.select([fd], [], [])  # readable once the process has exited
+        os.close(fd)
+
+
+def _watch(pid: int) -> None:
+    wait_for_exit(pid)
     os._exit(70)
 
 

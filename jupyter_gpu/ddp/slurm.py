@@ -52,15 +52,22 @@ class Allocation:
 
 
 def allocation() -> Allocation:
-    """The kernel's allocation, from the variables ``salloc``/``sbatch`` set."""
+    """The kernel's allocation: the one ``--alloc`` got it (``slurm_alloc.py``), else the job
+    it runs in, from the variables ``salloc``/``sbatch`` set."""
     if shutil.which("srun") is None:
         raise SlurmError("--slurm: no Slurm on this machine (srun is not on PATH)")
+    from .slurm_alloc import held  # it imports this module
+
+    own = held()
+    if own is not None:
+        return own
     job = os.environ.get("SLURM_JOB_ID")
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if not job or not nodelist:
         raise SlurmError(
             "--slurm runs inside a Slurm allocation and this kernel is in none (SLURM_JOB_ID is not "
-            "set): start Jupyter inside one, e.g. `salloc -N2 --gpus-per-node=4`, then the server"
+            "set): start Jupyter inside one, e.g. `salloc -N2 --gpus-per-node=4`, then the server, "
+            'or ask Slurm for one with --alloc "-N2 --gpus-per-node=4"'
         )
     nodes = tuple(scontrol("show", "hostnames", nodelist).split())
     return Allocation(job, nodes)
@@ -104,7 +111,9 @@ def gpus_per_node() -> int:
         value = os.environ.get(name, "").rpartition(":")[2]  # "a100:4" names the type
         if value.isdigit():
             return int(value)
-    return 0
+    from .slurm_alloc import held_gpus_per_node  # an allocation of --alloc: no variables
+
+    return held_gpus_per_node()
 
 
 def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:

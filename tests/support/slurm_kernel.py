@@ -1,7 +1,8 @@
 """A kernel started as a user starts one inside an allocation: ``salloc -N2 ... <kernel>`` in
 the lab namespace of a ``SlurmCluster``, so ``SLURM_JOB_ID`` and ``SLURM_JOB_NODELIST`` are its
-job's and ``srun`` works from it. The test talks to it over jupyter_client's ``ipc`` transport
-(Unix sockets by path cross network namespaces); the ddp magics are loaded."""
+job's and ``srun`` works from it; or, without salloc arguments, as on a login node: in the lab
+namespace, in no job. The test talks to it over jupyter_client's ``ipc`` transport (Unix
+sockets by path cross network namespaces); the ddp magics are loaded."""
 
 from __future__ import annotations
 

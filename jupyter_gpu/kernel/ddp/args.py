@@ -86,6 +86,14 @@ worker_arguments = _bundle(
         "on each node of the job",
     ),
     argument(
+        "--alloc",
+        type=magic_args.quoted_text,
+        default=None,
+        metavar="SALLOC_OPTIONS",
+        help="with --slurm from a login node: ask Slurm for an allocation (salloc --no-shell "
+        'with these options, e.g. "--nodes=2 --time=30"), kept until %%ddp_stop',
+    ),
+    argument(
         "--node-rank", type=int, default=None, help="this node's rank: static rendezvous instead of c10d"
     ),
     argument("--rdzv-endpoint", default=None, help="host:port of the rendezvous (multi-node)"),
@@ -250,6 +258,17 @@ def _slurm_options(ns: argparse.Namespace, nproc: int | None, gpus: tuple[int, .
     return _worker_options(
         ns, nproc, gpus, nnodes=nodes, device=rank_device(ns.device, ns.backend, nproc, gpus_here), slurm=True
     )
+
+
+def alloc_request(ns: argparse.Namespace) -> tuple[str, ...] | None:
+    """``--alloc``'s salloc options, checked; None without ``--alloc``."""
+    if ns.alloc is None:
+        return None
+    if not ns.slurm:
+        raise UsageError("--alloc asks Slurm for the nodes that --slurm runs on: add --slurm")
+    from ...ddp.slurm_alloc import salloc_options
+
+    return salloc_options(ns.alloc)
 
 
 def _gpu_usable(option: str) -> None:

@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.display import display
 
 from ...ddp.errors import BadInput
 from ..extension import ShellMagics, cell_number, unregister_magics
@@ -83,10 +84,17 @@ class DDPMagics(ShellMagics):
         srun starts -n ranks on each node of the job (--nodes K: its first K), output lines
         are marked with node and rank, and the channel to the ranks is TLS with a session key;
         the job step ends with the cell, or with the kernel if it dies first.
+        From a login node, --alloc "--nodes=2 --time=30" first asks Slurm for an allocation
+        (salloc --no-shell with those options), showing where it waits in the queue; an
+        interrupt while it waits cancels it. The kernel keeps it for every later --slurm
+        launch until %ddp_stop or the kernel's end gives it back (scancel).
 
         Line form: %ddp_launch -n 2 train.py --epochs 3
         """
         ns = args.parse(self.ddp_launch, line)
+        if cell is None and ns.slurm:  # before --alloc asks Slurm for anything
+            raise UsageError("--slurm runs cells (%%ddp_launch --slurm); run a script with srun itself")
+        _allocate(ns)
         options = args.worker_options(ns)
         self._note(args.device_note(options, ns))
         world = options.nproc * options.nnodes
@@ -95,8 +103,6 @@ class DDPMagics(ShellMagics):
                 raise UsageError("%ddp_launch needs a script (line form) or a cell (%%ddp_launch)")
             if ns.push or ns.return_name:
                 raise UsageError("--push and --return apply to cells, not to scripts")
-            if options.slurm:
-                raise UsageError("--slurm runs cells (%%ddp_launch --slurm); run a script with srun itself")
             from ...ddp.launch import run_script
 
             output = args.cell_options(ns, world, None).output
@@ -119,8 +125,9 @@ class DDPMagics(ShellMagics):
     def ddp_start(self, line: str) -> None:
         """Start persistent ranks; then %%ddp cells run on all of them and keep their variables.
 
-        Takes the worker options of %%ddp_launch. Stop them with %ddp_stop; %ddp_restart
-        replaces them with fresh ones (after a stuck or interrupted collective, for instance).
+        Takes the worker options of %%ddp_launch (--slurm --alloc "...": in an allocation
+        asked of Slurm, see there). Stop them with %ddp_stop; %ddp_restart replaces them
+        with fresh ones (after a stuck or interrupted collective, for instance).
 
         With --slurm, in a kernel inside a Slurm allocation: one srun job step runs -n ranks on
         each node of the job (--nodes K: its first K) until %ddp_stop; %ddp_status shows the job,
@@ -128,6 +135,7 @@ class DDPMagics(ShellMagics):
         when the kernel is killed.
         """
         ns = args.parse(self.ddp_start, line)
+        _allocate(ns)
         options = args.worker_options(ns)
         if self.session is not None and self.session.alive:
             raise UsageError("DDP ranks are already running: %ddp_stop or %ddp_restart first")
@@ -199,22 +207,31 @@ class DDPMagics(ShellMagics):
     @usage_errors
     def ddp_status(self, line: str) -> None:
         """Show the persistent ranks: pids, hosts, devices, cells run, where their logs are; with
-        --slurm also the job, its nodes and the job step's state as Slurm tells it."""
+        --slurm also the job, its nodes and the job step's state as Slurm tells it, and the
+        allocation that --alloc holds."""
         print(
             self.session.status()
             if self.session is not None
             else "No DDP session; start one with %ddp_start -n N"
         )
+        from ...ddp.slurm_alloc import describe
+
+        self._note(describe())
 
     @line_magic
     @usage_errors
     def ddp_stop(self, line: str) -> None:
-        """Stop the persistent ranks."""
-        if self.session is None:
+        """Stop the persistent ranks, and give back the Slurm allocation of --alloc (scancel)."""
+        from ...ddp.slurm_alloc import release
+
+        stopped = self.session is not None
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+        released = release()
+        self._note(released)
+        if not stopped and released is None:
             print("No DDP session to stop")
-            return
-        self.session.stop()
-        self.session = None
 
     @line_magic
     @usage_errors
@@ -293,6 +310,26 @@ class DDPMagics(ShellMagics):
             self.session = None
 
 
+def _allocate(ns: argparse.Namespace) -> None:
+    """``--alloc``: the kernel's allocation asked of Slurm before the launch needs it, its
+    place in the queue shown in one line that updates in place."""
+    request = args.alloc_request(ns)
+    if request is None:
+        return
+    from ...ddp.slurm_alloc import request as ask
+
+    line: Any = None
+
+    def show(text: str) -> None:
+        nonlocal line
+        if line is None:
+            line = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            line.update({"text/plain": text}, raw=True)
+
+    ask(request, show)
+
+
 def register(ipython: InteractiveShell) -> Callable[[], None]:
     """Add the ddp magics to ``ipython``; the returned function removes them and stops ranks.
 
@@ -324,6 +361,10 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
         with contextlib.suppress(ValueError):  # already gone: torch came
             ipython.events.unregister("post_run_cell", after_torch)
         magics.close()
+        from ...ddp.slurm_alloc import release
+
+        with contextlib.suppress(BadInput):  # scancel failed: the watcher cancels it at exit
+            release()
         unregister_magics(ipython, magics)
 
     return undo
