@@ -164,28 +164,6 @@ def test_a_server_answering_something_else_is_one_line_and_exit_1():
     assert "answered in a shape this jupyter gpu does not know" in one_line_error(done)
 
 
-def test_status_slurm_without_slurm_is_one_line_and_exit_1(tmp_path):
-    """No squeue on PATH, or one that cannot reach its controller: one line, never a traceback."""
-    done = cli("status", "--slurm", env={**ENV, "PATH": str(tmp_path)})
-    assert (done.returncode, one_line_error(done)) == (
-        1,
-        "jupyter gpu status: no Slurm on this machine (squeue is not on PATH)",
-    )
-    squeue = tmp_path / "squeue"  # Slurm's own words when slurmctld does not answer
-    squeue.write_text(
-        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
-    )
-    squeue.chmod(0o755)
-    done = cli("status", "--slurm", "--json", env={**ENV, "PATH": str(tmp_path)})
-    assert (done.returncode, one_line_error(done), done.stdout) == (
-        1,
-        "jupyter gpu status: squeue: error: Unable to contact slurm controller (connect failure)",
-        "",
-    )
-    done = cli("status", "--slurm", "--url", "http://127.0.0.1:1/")
-    assert done.returncode == 2 and "--slurm asks Slurm, not a server" in one_line_error(done)
-
-
 # -- a machine without a GPU ----------------------------------------------------------------------
 
 

@@ -14,7 +14,8 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-from support.slurm_cluster import SlurmCluster, two_nodes
+from support.slurm_cluster import SlurmCluster
+from support.slurm_fixtures import two_nodes
 from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 

@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 import pytest
 from support.ddp_kernel import Kernel
-from support.slurm_cluster import SlurmCluster, two_nodes
+from support.slurm_cluster import SlurmCluster
+from support.slurm_fixtures import two_nodes
 from support.slurm_kernel import SlurmKernel
 from support.waiting import wait_until
 

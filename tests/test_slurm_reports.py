@@ -1,7 +1,10 @@
-"""What srun says, read as Slurm's word only where Slurm says it (pure: jupyter_gpu/ddp/slurm.py):
-a rank printing the same words mid-line, as a log line quoting an error would, forges nothing."""
+"""What Slurm says (srun, squeue), read as Slurm's word only where Slurm says it
+(jupyter_gpu/ddp/slurm.py, slurm_queue.py): a rank printing the same words mid-line, as a log
+line quoting an error would, forges nothing; no Slurm, or one that does not answer, is one line."""
 
 from __future__ import annotations
+
+from support.cli import ENV, cli, one_line_error
 
 from jupyter_gpu.ddp.slurm import TaskEnd, step_failure, task_ends
 from jupyter_gpu.ddp.slurm_queue import slurm_seconds
@@ -56,3 +59,25 @@ def test_squeues_times_are_read_in_seconds():
         None,
         None,
     ]
+
+
+def test_status_slurm_without_slurm_is_one_line_and_exit_1(tmp_path):
+    """No squeue on PATH, or one that cannot reach its controller: one line, never a traceback."""
+    done = cli("status", "--slurm", env={**ENV, "PATH": str(tmp_path)})
+    assert (done.returncode, one_line_error(done)) == (
+        1,
+        "jupyter gpu status: no Slurm on this machine (squeue is not on PATH)",
+    )
+    squeue = tmp_path / "squeue"  # Slurm's own words when slurmctld does not answer
+    squeue.write_text(
+        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
+    )
+    squeue.chmod(0o755)
+    done = cli("status", "--slurm", "--json", env={**ENV, "PATH": str(tmp_path)})
+    assert (done.returncode, one_line_error(done), done.stdout) == (
+        1,
+        "jupyter gpu status: squeue: error: Unable to contact slurm controller (connect failure)",
+        "",
+    )
+    done = cli("status", "--slurm", "--url", "http://127.0.0.1:1/")
+    assert done.returncode == 2 and "--slurm asks Slurm, not a server" in one_line_error(done)

@@ -35,7 +35,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -393,11 +393,3 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             if str(self.dir) in cmdline:
                 found.append(f"pid {pid}: {cmdline.strip()}")
         return found + [f"folder {d}" for d in (self.dir, self.run_dir) if d.exists()]
-
-
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """A module fixture's body: a 2-node cluster of 2 CPUs each, checked to leave nothing behind."""
-    need_slurm()
-    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus_per_node=2) as cluster:
-        yield cluster
-    assert cluster.leftovers() == []
