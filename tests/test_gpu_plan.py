@@ -1,10 +1,11 @@
 """%gpu_plan on the CPU (issue #30): the figures torch's trackers give for small models built on
 the meta device, the strategies' order, a model that cannot fit, --max-batch's boundary, no
-memory and no CUDA used, bad arguments as one line, and the magic in a real kernel."""
+memory and no CUDA used, bad arguments as one line, and the magic in a real kernel. Plans run in
+a process of their own (support/plan_process.py), as in a kernel; argument errors are checked in
+the test's shell."""
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,6 +14,7 @@ from support.ipython_shell import shell_with  # noqa: E402
 from support.kernel_client import RealKernel  # noqa: E402
 from support.paths import TESTS  # noqa: E402
 from support.plan_models import GPT  # noqa: E402
+from support.plan_process import PlanProcess, plan_process  # noqa: E402
 from support.usage_error import one_usage_error  # noqa: E402
 
 from jupyter_gpu.analysis.plan_figures import CATEGORY  # noqa: E402
@@ -36,9 +38,14 @@ def ip():
     yield from shell_with(magic.register)
 
 
-def plan(ip, line: str, **names):
-    ip.user_ns.update(torch=torch, GPT=GPT, **names)
-    return ip.run_line_magic("gpu_plan", line)
+@pytest.fixture(scope="module")
+def planner():
+    yield from plan_process()
+
+
+def gpt(**sizes) -> tuple[str, dict]:
+    """A GPT built on the meta device in the planning process."""
+    return ("gpt", sizes)
 
 
 def gpt_on_meta(**sizes) -> torch.nn.Module:
@@ -50,10 +57,9 @@ def tokens(batch: int, length: int = 64) -> str:
     return f'--input "torch.randint(0, 512, ({batch}, {length}))"'
 
 
-def test_parameters_take_4_bytes_and_adamw_state_8_per_parameter_in_the_steady_step(ip):
-    model = gpt_on_meta()
-    numel = sum(p.numel() for p in model.parameters())
-    result = plan(ip, f"model {tokens(4)} --strategies plain --device-memory 1GiB", model=model)
+def test_parameters_take_4_bytes_and_adamw_state_8_per_parameter_in_the_steady_step(planner: PlanProcess):
+    numel = sum(p.numel() for p in gpt_on_meta().parameters())
+    result = planner.plan(f"model {tokens(4)} --strategies plain --device-memory 1GiB", model=gpt())
     (row,) = result.rows
     assert FIELDS <= row.keys()
     assert row["parameters_bytes"] == 4 * numel
@@ -62,33 +68,28 @@ def test_parameters_take_4_bytes_and_adamw_state_8_per_parameter_in_the_steady_s
     parts = ("parameters", "gradients", "optimizer", "activations", "temporaries", "inputs")
     assert row["peak_bytes"] == sum(row[f"{p}_bytes"] for p in parts)
     assert row["fits"] is True and row["step_seconds"] is None  # no GPU's specifications here
-    text, html = repr(result), result._repr_mimebundle_()["text/html"]
+    text, html = result.text, result.html
     assert "Cheapest that fits in 1.00 GiB per GPU: plain" in text and "runs as it is" in text
     assert "standing in for CUDA" in text and "Step times need" in text
     assert "<table>" in html and "plain" in html
-    assert not torch.cuda.is_initialized()
+    assert not result.cuda_initialized
 
 
-def test_activations_grow_with_the_batch_and_the_sequence(ip):
-    model = gpt_on_meta()
-
+def test_activations_grow_with_the_batch_and_the_sequence(planner: PlanProcess):
     def activations(batch: int, length: int) -> int:
         line = f"model {tokens(batch, length)} --strategies plain --optimizer sgd --device-memory 1GiB"
-        return plan(ip, line, model=model).rows[0]["activations_bytes"]
+        return planner.plan(line, model=gpt()).rows[0]["activations_bytes"]
 
     base = activations(4, 64)
     assert 1.9 < activations(8, 64) / base < 2.1
     assert 1.9 < activations(4, 128) / base < 2.1  # SDPA keeps no sequence x sequence matrix
 
 
-def test_checkpointing_and_fsdp_lower_the_peak_and_ddp_adds_its_buckets(ip):
-    import torch.distributed as dist
-
-    result = plan(
-        ip,
+def test_checkpointing_and_fsdp_lower_the_peak_and_ddp_adds_its_buckets(planner: PlanProcess):
+    result = planner.plan(
         f"model {tokens(8)} --gpus 4 --strategies plain,checkpoint,sac,ddp,fsdp,fsdp+offload "
         "--device-memory 80GiB",
-        model=gpt_on_meta(),
+        model=gpt(),
     )
     peak = {r["strategy"]: r["peak_bytes"] for r in result.rows}
     assert not [r for r in result.rows if r["error"]], result.rows
@@ -96,85 +97,68 @@ def test_checkpointing_and_fsdp_lower_the_peak_and_ddp_adds_its_buckets(ip):
     assert peak["fsdp+offload"] < peak["fsdp"] < peak["plain"]
     plain, ddp = result.rows[0], result.rows[3]
     assert ddp["peak_bytes"] == plain["peak_bytes"] + plain["parameters_bytes"]  # a bucket per gradient
-    assert not dist.is_initialized()  # the fake process group is gone again
-    assert "Cheapest that fits in 80.0 GiB per GPU: plain" in repr(result)
+    assert result.process_group is None and result.kept_group  # the fake process group is gone again
+    assert "Cheapest that fits in 80.0 GiB per GPU: plain" in result.text
 
 
-def test_the_cheapest_strategy_that_fits_comes_with_the_line_that_runs_it(ip):
-    model = gpt_on_meta()
-    first = plan(ip, f"model {tokens(8)} --strategies plain,checkpoint --device-memory 1GiB", model=model)
+def test_the_cheapest_strategy_that_fits_comes_with_the_line_that_runs_it(planner: PlanProcess):
+    first = planner.plan(f"model {tokens(8)} --strategies plain,checkpoint --device-memory 1GiB", model=gpt())
     budget = (first.rows[0]["peak_bytes"] + first.rows[1]["peak_bytes"]) // 2 / 0.95
-    result = plan(
-        ip, f"model {tokens(8)} --strategies plain,checkpoint --device-memory {budget:.0f}", model=model
+    result = planner.plan(
+        f"model {tokens(8)} --strategies plain,checkpoint --device-memory {budget:.0f}", model=gpt()
     )
     assert [r["fits"] for r in result.rows] == [False, True]
-    assert "checkpoint" in repr(result).splitlines()[0]
-    assert "jupyter_gpu.recompute.checkpoint_blocks(model)" in repr(result)
+    assert "checkpoint" in result.text.splitlines()[0]
+    assert "jupyter_gpu.recompute.checkpoint_blocks(model)" in result.text
 
 
-def test_a_model_that_cannot_fit_says_so_and_why(ip):
-    result = plan(
-        ip, f"model {tokens(4)} --strategies plain,checkpoint --device-memory 4MiB", model=gpt_on_meta()
+def test_a_model_that_cannot_fit_says_so_and_why(planner: PlanProcess):
+    result = planner.plan(
+        f"model {tokens(4)} --strategies plain,checkpoint --device-memory 4MiB", model=gpt()
     )
-    heading = repr(result).splitlines()[0]
+    heading = result.text.splitlines()[0]
     assert heading.startswith("Nothing fits in 4.00 MiB per GPU")
     assert "parameters, gradients and optimizer state alone take" in heading
     assert all(r["fits"] is False for r in result.rows)
 
 
-def test_a_model_of_tens_of_gigabytes_is_planned_without_memory_or_cuda(ip):
-    process = psutil.Process()
-    model = gpt_on_meta(vocab=50000, width=8192, depth=2, heads=64, context=2048)  # 2.4e9 parameters
-    before = process.memory_info().rss
-    result = plan(ip, f"model {tokens(4, 2048)} --strategies plain --device-memory 40GiB", model=model)
-    grown = process.memory_info().rss - before
+def test_a_model_of_tens_of_gigabytes_is_planned_without_memory_or_cuda(planner: PlanProcess):
+    model = gpt(vocab=50000, width=8192, depth=2, heads=64, context=2048)  # 2.4e9 parameters
+    result = planner.plan(f"model {tokens(4, 2048)} --strategies plain --device-memory 40GiB", model=model)
     row = result.rows[0]
     assert row["peak_bytes"] > 30 * 2**30, row
     assert row["fits"] is False
-    assert grown < 300 * MiB, f"the kernel grew by {grown / MiB:.0f} MiB"
-    assert not torch.cuda.is_initialized()
+    assert result.grown_bytes < 300 * MiB, f"the kernel grew by {result.grown_bytes / MiB:.0f} MiB"
+    assert not result.cuda_initialized
 
 
-def test_max_batch_is_the_boundary(ip):
-    model = gpt_on_meta(depth=1)
+def test_max_batch_is_the_boundary(planner: PlanProcess):
+    model = gpt(depth=1)
     line = 'model --input "torch.randint(0, 512, ({}, 64))" --strategies plain --device-memory 24MiB'
-    found = plan(ip, line.format(4) + " --max-batch", model=model).rows[0]["max_batch"]
+    found = planner.plan(line.format(4) + " --max-batch", model=model).rows[0]["max_batch"]
     assert found and found > 4
-    assert plan(ip, line.format(found), model=model).rows[0]["fits"] is True
-    assert plan(ip, line.format(found + 1), model=model).rows[0]["fits"] is False
+    assert planner.plan(line.format(found), model=model).rows[0]["fits"] is True
+    assert planner.plan(line.format(found + 1), model=model).rows[0]["fits"] is False
 
 
-def test_multihead_attention_is_planned(ip):
-    def encoder():
-        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
-        return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-
-    result = plan(
-        ip,
+def test_multihead_attention_is_planned(planner: PlanProcess):
+    result = planner.plan(
         'encoder --input "torch.randn(4, 32, 64)" --strategies plain --device-memory 1GiB',
-        encoder=encoder,
+        encoder=("encoder", {}),
     )
     assert result.rows[0]["error"] is None and result.rows[0]["activations_bytes"] > 0
 
 
-def test_a_process_group_of_the_users_is_left_alone(ip, tmp_path):
-    import torch.distributed as dist
-
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        group = dist.group.WORLD
-        result = plan(
-            ip,
-            f"model {tokens(4)} --gpus 2 --strategies plain,fsdp --device-memory 1GiB",
-            model=gpt_on_meta(),
-        )
-        fsdp = result.rows[1]
-        assert fsdp["peak_bytes"] is None and "a process group of its own" in fsdp["error"]
-        assert result.rows[0]["error"] is None
-        assert dist.is_initialized() and dist.group.WORLD is group and dist.get_backend() == "gloo"
-    finally:
-        dist.destroy_process_group()
+def test_a_process_group_of_the_users_is_left_alone(planner: PlanProcess, tmp_path):
+    result = planner.plan(
+        f"model {tokens(4)} --gpus 2 --strategies plain,fsdp --device-memory 1GiB",
+        group_store=str(tmp_path / "store"),
+        model=gpt(),
+    )
+    fsdp = result.rows[1]
+    assert fsdp["peak_bytes"] is None and "a process group of its own" in fsdp["error"]
+    assert result.rows[0]["error"] is None
+    assert result.process_group == "gloo" and result.kept_group  # the user's group, untouched
 
 
 def test_the_trackers_categories_are_the_ones_the_plan_adds_up():
