@@ -143,6 +143,11 @@ def test_bad_alloc_options_are_one_line_in_salloc_s_own_words(
             "salloc refused the allocation: salloc: unrecognized option '--bogus'"
         ),
         '%%ddp_launch --slurm -n 1 --alloc "-Jmine -N1"': "--alloc: leave out -J: the job is named jupyter_gpu",
+        # salloc's getopt takes run-together short options and any unique prefix of a long one
+        '%%ddp_launch --slurm -n 1 --alloc "-vQ -N1"': "--alloc: leave out -Q: the job id is read from salloc's messages",
+        '%%ddp_launch --slurm -n 1 --alloc "--quie -N1"': (
+            "--alloc: leave out --quie (--quiet): the job id is read from salloc's messages"
+        ),
         '%%ddp_launch --slurm -n 1 --alloc "--nodes=\'1"': '--alloc "--nodes=\'1": No closing quotation',
     }
     for line, error in said.items():

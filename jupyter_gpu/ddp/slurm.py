@@ -128,7 +128,6 @@ def srun_argv(job: str, nodes: int, per_node: int) -> list[str]:
         f"--ntasks-per-node={per_node}",
         "--distribution=block",
         "--kill-on-bad-exit=1",
-        f"--job-name={JOB_NAME}",
         "--label",
         "--input=none",
         sys.executable,

@@ -15,6 +15,7 @@ when the kernel is gone however it died (SIGKILL included): no job is left behin
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import queue
@@ -23,26 +24,23 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import IO
 
 from ..analysis.units import format_duration
 from .errors import DDPInterrupted
-from .lifeline import wait_for_exit
+from .lifeline import dies_with_parent
 from .slurm import JOB_NAME, QUERY_TIMEOUT_S, Allocation, SlurmError, scontrol
+from .slurm_watch import cancel, start_watcher, stop_watcher
 
 # squeue is asked once a second at first, then less and less often: a job that waits for
 # minutes is looked at every 10 s, as Slurm's docs ask of tools that poll slurmctld.
 POLL_FIRST_S = 1.0
 POLL_MAX_S = 10.0
-STOP_S = 10.0  # salloc and the watcher end within a second of a signal
-CANCEL_TRIES = 20  # the watcher's scancel, 3 s apart: slurmctld may be restarting
-CANCEL_RETRY_S = 3.0
+STOP_S = 10.0  # salloc ends within a second of SIGINT
 # Past this, backfill's estimate means "not within the planning window" (it says now + 1 year)
 EARLIEST_UNPLANNED_S = 300 * 86400.0
 # salloc's own words for the job id: "Pending job allocation 7", "Granted job allocation 7"
@@ -60,6 +58,9 @@ _REFUSED = {
     "-V": "it asks for no allocation",
     "--version": "it asks for no allocation",
 }
+_NO_VALUE = set("vQhVHkOs")  # salloc's short options that take no value
+SAID_LINES = 200  # salloc's lines kept for its error
+SAID_LINE_CHARS = 4096
 # scontrol's TresPerNode for --gpus-per-node=4 or --gres=gpu:a100:4: "gres:gpu:4" (Slurm 22.05),
 # "gres/gpu:a100:4" (23.02 on)
 _GPUS = re.compile(r"\bgres[:/]gpu(?::[^:,=]+)?:(\d+)")
@@ -86,6 +87,7 @@ class Held:
     gpus_per_node: int
     request: tuple[str, ...]
     watcher: subprocess.Popen[bytes]
+    pid: int = field(default_factory=os.getpid)  # the kernel's: a child it forks holds nothing
 
 
 _held: Held | None = None
@@ -100,10 +102,28 @@ def salloc_options(text: str) -> tuple[str, ...]:
     if not words:
         raise SlurmError('--alloc needs salloc options, e.g. --alloc "--nodes=2 --time=30"')
     for word in words:
-        name = word[:2] if re.match(r"-\w", word) else word.partition("=")[0]  # -Jname, --job-name=x
-        if name in _REFUSED:
-            raise SlurmError(f"--alloc: leave out {name}: {_REFUSED[name]}")
+        if refused := _refused(word):
+            name = word.partition("=")[0]
+            shown = f"{name} ({refused})" if name.startswith("--") and name != refused else refused
+            raise SlurmError(f"--alloc: leave out {shown}: {_REFUSED[refused]}")
     return words
+
+
+def _refused(word: str) -> str | None:
+    """The refused option ``word`` is to salloc's getopt, which takes any unique prefix of a long
+    option (``--quie``) and runs short ones together (``-vQ``, but ``-pshared`` is -p's value)."""
+    if word.startswith("--"):
+        name = word.partition("=")[0]
+        return next(
+            (r for r in _REFUSED if len(name) > 2 and r.startswith("--") and r.startswith(name)), None
+        )
+    if re.match(r"-\w", word):
+        for letter in word[1:]:
+            if f"-{letter}" in _REFUSED:
+                return f"-{letter}"
+            if letter not in _NO_VALUE:
+                return None  # the rest is this option's value
+    return None
 
 
 def request(options: tuple[str, ...], show: Callable[[str], None]) -> Allocation:
@@ -133,18 +153,23 @@ class _Request:
     def __init__(self, options: tuple[str, ...], show: Callable[[str], None]) -> None:
         self.options, self.show = options, show
         self.started = time.monotonic()
-        self.said: list[str] = []
+        self.said: collections.deque[str] = collections.deque(maxlen=SAID_LINES)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.job: str | None = None
         self.watcher: subprocess.Popen[bytes] | None = None
         try:
             self.salloc = subprocess.Popen(
-                ["salloc", "--no-shell", f"--job-name={JOB_NAME}", *options],
+                # ours last: they win over anything salloc reads as the same option
+                ["salloc", *options, "--no-shell", f"--job-name={JOB_NAME}"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
+                errors="replace",
                 start_new_session=True,  # an interrupt is the kernel's to handle
+                # the kernel dying before salloc printed a job id (no watcher yet): salloc gives
+                # up its request, as on an interrupt
+                preexec_fn=dies_with_parent(signal.SIGINT),
             )
         except OSError as exc:
             raise SlurmError(f"--alloc: cannot run salloc: {exc}") from None
@@ -158,7 +183,7 @@ class _Request:
             code = self.salloc.wait()
             job, watcher = self.job, self.watcher
             if code or job is None or watcher is None:
-                raise SlurmError(f"salloc refused the allocation: {_said(self.said, code)}")
+                raise SlurmError(f"salloc refused the allocation: {_said(list(self.said), code)}")
             fields = job_fields(job)
             nodes = tuple(scontrol("show", "hostnames", fields.get("NodeList", "")).split())
         except KeyboardInterrupt:
@@ -190,11 +215,11 @@ class _Request:
                 continue
             if line is None:
                 return
-            self.said.append(line)
+            self.said.append(line[:SAID_LINE_CHARS])
             found = _JOB_ID.search(line)
             if found and self.job is None:
                 self.job = found[1]
-                self.watcher = _start_watcher(self.job)
+                self.watcher = start_watcher(self.job)
                 next_poll = time.monotonic() + POLL_FIRST_S / 2  # a grant usually comes first
 
     def _cancel(self) -> None:
@@ -212,13 +237,15 @@ class _Request:
                 found = _JOB_ID.search(line)
                 self.job = found[1] if found else None
         if self.job is not None and cancel(self.job) is None and self.watcher is not None:
-            _stop(self.watcher)
+            stop_watcher(self.watcher)
 
 
 def _read(pipe: IO[str], lines: queue.Queue[str | None]) -> None:
-    for line in pipe:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
+    try:
+        for line in pipe:
+            lines.put(line.rstrip("\n"))
+    finally:  # whatever happens to the pipe, the wait ends
+        lines.put(None)
 
 
 def _said(lines: list[str], code: int | None) -> str:
@@ -297,7 +324,7 @@ def held() -> Allocation | None:
         return _held.allocation
     why = f" (Slurm's reason: {reason})" if reason not in ("None", "") else ""
     if state in _ENDED:
-        _stop(_held.watcher)
+        stop_watcher(_held.watcher)
         _held = None
         raise SlurmError(f"Slurm job {job}, this kernel's allocation, has ended: {_ENDED[state]}{why}")
     raise SlurmError(f"Slurm job {job}, this kernel's allocation, is {state}{why}: srun waits for RUNNING")
@@ -324,49 +351,13 @@ def release() -> str | None:
     failed = cancel(job)
     if failed is not None:
         raise SlurmError(f"scancel {job}: {failed} (it is cancelled again when the kernel exits)")
-    _stop(watcher)
+    stop_watcher(watcher)
     return f"Slurm job {job} released"
 
 
-def cancel(job: str) -> str | None:
-    """``scancel job``: None when done, else why not, in scancel's words."""
-    try:
-        done = subprocess.run(["scancel", job], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    return (done.stderr.strip() or f"exit code {done.returncode}") if done.returncode else None
-
-
-def _start_watcher(job: str) -> subprocess.Popen[bytes]:
-    """``python -m jupyter_gpu.ddp.slurm_alloc KERNEL_PID JOB``, in a session of its own so that
-    neither an interrupt nor a kill of the kernel's process group reaches it."""
-    root = str(Path(__file__).resolve().parents[2])  # where it imports this package from
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    argv = [sys.executable, "-m", __name__, str(os.getpid()), job]
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def _stop(watcher: subprocess.Popen[bytes]) -> None:
-    watcher.terminate()
-    try:
-        watcher.wait(timeout=STOP_S)
-    except subprocess.TimeoutExpired:
-        watcher.kill()
-        watcher.wait()
-
-
-def _watch(argv: Iterable[str]) -> None:
-    """The watcher: once the kernel has exited, cancel its job (retrying while slurmctld does
-    not answer)."""
-    kernel_pid, job = argv
-    wait_for_exit(int(kernel_pid))
-    for _ in range(CANCEL_TRIES):
-        if cancel(job) is None:
-            return
-        time.sleep(CANCEL_RETRY_S)
-
-
 def _release_at_exit() -> None:
+    if _held is None or _held.pid != os.getpid():  # a child forked by the kernel's code: not its job
+        return
     try:
         release()
     except SlurmError:
@@ -374,6 +365,3 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
-
-if __name__ == "__main__":
-    _watch(sys.argv[1:])

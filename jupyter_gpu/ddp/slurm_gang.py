@@ -52,6 +52,7 @@ MASTER_PORTS = (20000, 30000)
 SRUN_STOP_S = 60.0
 _LABEL = re.compile(r"\s*(\d+): ")  # srun --label: "3: text", padded when there are 10+ tasks
 SAID_LINES = 200  # srun's own lines kept for the error
+_MARK_SEQ = re.compile(r"[0-9]{1,9}")  # the command number after a rank's end-of-output mark
 OUTPUT_WAIT_S = 5.0  # a reply's output marks are due within milliseconds; srun gone, they never come
 
 
@@ -158,9 +159,9 @@ class SlurmGang(Gang):
                     files[rank] = open(paths[rank], "a", encoding="utf-8")  # noqa: SIM115 - closed below
                 files[rank].write(text)
                 files[rank].flush()
-                if replied.strip().isdigit():  # a rank's own code may print anything after the mark
+                if seq := _MARK_SEQ.fullmatch(replied.strip()):  # a rank's code may print anything after it
                     with self._marked:
-                        marks[rank] = int(replied)
+                        marks[rank] = int(seq[0])
                         self._marked.notify_all()
         finally:
             pipe.close()
@@ -179,10 +180,10 @@ class SlurmGang(Gang):
         """``Gang.collect``; the step's id is taken from the first replies that carry it."""
         got = super().collect(seq, deadline, stop_on_error, got)
         self._await_output(seq, list(got.replies))
-        if self.step is None:
-            self.step = next(
-                (r.info["slurm_step"] for r in got.replies.values() if "slurm_step" in r.info), None
-            )
+        if self.step is None and self.job is not None:  # a rank's word: only a step of this job
+            said = (r.info.get("slurm_step") for r in got.replies.values())
+            ours = re.compile(rf"{re.escape(self.job.job_id)}\.\d{{1,9}}")
+            self.step = next((s for s in said if isinstance(s, str) and ours.fullmatch(s)), None)
         return got
 
     def _await_output(self, seq: int, ranks: list[int]) -> None:
