@@ -160,7 +160,7 @@ def test_a_students_server_never_sees_the_services_token():
         fleet = FakeFleet({"alice": "ok", "mallory": "ok"})
         await fleet.start()
         try:
-            hub = Hub(Server(f"{fleet.url}/hub/api/", "SERVICE-TOKEN"), fleet.url, timeout=1.0)
+            hub = Hub(Server(f"{fleet.url}/hub/api/", "SERVICE-TOKEN"), fleet.url, timeout=20.0)
             await Builder(hub).build()
             await Builder(hub).build()
             del fleet.behaviour["alice"]  # alice's server stops
