@@ -141,6 +141,23 @@ def test_max_batch_is_the_boundary(planner: PlanProcess):
     assert planner.plan(line.format(found + 1), model=model).rows[0]["fits"] is False
 
 
+def test_convolutions_hold_cudnn_workspaces_in_the_peak_but_not_in_whether_it_fits(planner: PlanProcess):
+    line = 'model --input "torch.randn(8, 3, 64, 64)" --target "torch.randint(0, 10, (8,))" '
+    line += "--loss cross_entropy --strategies plain --device-memory {}"
+    row = planner.plan(line.format("1GiB"), model=("cnn", {"channels": 16})).rows[0]
+    # one workspace at a time, the largest the second convolution's: its 16-channel 64x64 input
+    # and its 32-channel 32x32 output (or their gradients), fp32
+    largest_pass = (8 * 16 * 64 * 64 + 8 * 32 * 32 * 32) * 4
+    assert 0 < row["workspace_bytes"] <= largest_pass
+    assert row["temporaries_bytes"] >= row["workspace_bytes"]
+    least = row["peak_bytes"] - row["workspace_bytes"]
+    between = (least + row["peak_bytes"]) // 2
+    # a budget between the least the step needs and its peak with workspaces still fits
+    planned = planner.plan(line.format(int(between / 0.95) + 1), model=("cnn", {"channels": 16}))
+    assert planned.rows[0]["fits"] is True
+    assert "cuDNN workspaces" in planned.text
+
+
 def test_multihead_attention_is_planned(planner: PlanProcess):
     result = planner.plan(
         'encoder --input "torch.randn(4, 32, 64)" --strategies plain --device-memory 1GiB',

@@ -89,8 +89,14 @@ async def test_unsupported_fields_say_why_in_the_api(jp_fetch, gpu_monitor):
     gpu_monitor.simulated_nvml.fail(
         "nvmlDeviceGetCurrentClocksThrottleReasons", pynvml.NVML_ERROR_NOT_SUPPORTED
     )
+
+    async def counter_refused():  # the energy counter is read on the slow cadence
+        body = await get(jp_fetch, "telemetry")
+        latest = body["latest"]
+        return body if latest and "energy_joules" in latest["gpus"][0]["unsupported"] else None
+
+    body = await wait_for(counter_refused)
     text = await scrape(jp_fetch)
-    body = await get(jp_fetch, "telemetry")
     gpu = body["latest"]["gpus"][0]
     for field in (
         "energy_joules",

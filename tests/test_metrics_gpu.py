@@ -71,10 +71,18 @@ async def test_energy_grows_at_the_power_drawn_while_matmuls_run(jp_fetch, gpu_m
     body = await get(jp_fetch, "telemetry", since=start)
     during = [_gpu0(s) for s in body["history"] if s["t"] >= start]
     assert len(during) >= 10
-    joules = during[-1]["energy_joules"] - during[0]["energy_joules"]
-    seconds = body["history"][-1]["t"] - next(s["t"] for s in body["history"] if s["t"] >= start)
-    mean_power = sum(g["power_watts"] for g in during) / len(during)
+    # the counter is read on the slow cadence: the rate between the first and last samples where
+    # a new reading appeared, against the power the fast samples read between them
+    times = [s["t"] for s in body["history"] if s["t"] >= start]
+    changes = [
+        i for i in range(1, len(during)) if during[i]["energy_joules"] != during[i - 1]["energy_joules"]
+    ]
+    assert len(changes) >= 3, [g["energy_joules"] for g in during]
+    first, last = changes[0], changes[-1]
+    joules = during[last]["energy_joules"] - during[first]["energy_joules"]
+    mean_power = sum(g["power_watts"] for g in during[first:last]) / (last - first)
     assert during[-1]["energy_joules"] > before
+    seconds = times[last] - times[first]
     assert joules / seconds == pytest.approx(mean_power, rel=0.3)
     assert max(g["utilization_gpu_percent"] for g in during) > 50  # the loop did load the GPU
     families = parse((await jp_fetch("metrics")).body.decode())

@@ -40,7 +40,8 @@ def _note(row: PlanRow) -> str:
         f"gradients {format_bytes(row.gradients_bytes)}",
         f"optimizer {format_bytes(row.optimizer_bytes)}",
         f"activations {format_bytes(row.activations_bytes)}",
-        f"temporaries {format_bytes(row.temporaries_bytes)}",
+        f"temporaries {format_bytes(row.temporaries_bytes)}"
+        + (f" (cuDNN workspaces {format_bytes(row.workspace_bytes)})" if row.workspace_bytes else ""),
         f"inputs {format_bytes(row.inputs_bytes)}",
     ]
     text = ", ".join(parts)

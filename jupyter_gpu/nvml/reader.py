@@ -216,9 +216,6 @@ class NvmlReader(NvmlSession):
         )
         self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), milli)
         self._field(
-            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), milli
-        )
-        self._field(
             values, unsupported, "clock_throttle_reasons", lambda: self._throttle_mask(h), clock_reasons
         )
         self._field(
@@ -244,7 +241,8 @@ class NvmlReader(NvmlSession):
 
     def slow(self, index: int) -> tuple[Values, Unsupported]:
         """PCIe throughput (NVML samples it over ~20 ms per call; ``fast`` reads it from GPM
-        where the GPU has GPM) and the field values (a few ms), so they run on their own cadence."""
+        where the GPU has GPM), the energy counter (2.4 ms on an H200) and the field values (a
+        few ms), so they run on their own cadence."""
         nvml, h = self.nvml, self._handle(index)
         values: Values = {}
         unsupported: Unsupported = {}
@@ -260,6 +258,9 @@ class NvmlReader(NvmlSession):
                 functools.partial(nvml.nvmlDeviceGetPcieThroughput, h, counter),
                 lambda kib: kib * 1024,
             )
+        self._field(
+            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), milli
+        )
         self._field_values(h, values, unsupported)
         return values, unsupported
 

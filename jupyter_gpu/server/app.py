@@ -59,7 +59,8 @@ class GPUMonitor(ExtensionApp):
         5.0,
         min=0.5,
         config=True,
-        help="Seconds between PCIe throughput readings (NVML spends ~20 ms per GPU on each).",
+        help="Seconds between readings of PCIe throughput (NVML spends ~20 ms per GPU on each), the "
+        "energy counter and the memory error counts.",
     )
     history_seconds = Float(600.0, min=1.0, config=True, help="How much history the server keeps.")
     retry_interval = Float(

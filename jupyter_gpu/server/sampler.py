@@ -2,8 +2,8 @@
 
 The fast thread reads the cheap fields of every GPU each ``interval`` (GPM's activity figures
 included, ~0.1 ms per GPU); the slow thread reads NVML's PCIe counter (about 20 ms per call; GPUs
-with GPM give PCIe on the fast cadence instead) every ``slow_interval``, so a slow reading never
-delays a fast one. Neither ever runs on the tornado event loop.
+with GPM give PCIe on the fast cadence instead), the energy counter and the error counts every
+``slow_interval``, so a slow reading never delays a fast one. Neither ever runs on the tornado event loop.
 """
 
 from __future__ import annotations

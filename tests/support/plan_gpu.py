@@ -5,7 +5,8 @@ process never initialises CUDA and every real step starts from an empty allocato
     python -m support.plan_gpu plan MODEL STRATEGIES BATCH cuda|cpu [BUDGET]  -> {"rows": [...]}
 
 ``real`` runs the training step the way a notebook would (two steps; the second's
-``max_memory_allocated`` above what was allocated before the model), with BUDGET as PyTorch's own
+``max_memory_allocated`` above what was allocated before the model; then the median time of five
+more), with BUDGET as PyTorch's own
 limit on top of what the process already holds (its cuBLAS workspace). ``plan`` runs ``%gpu_plan``
 through IPython, after initialising CUDA (``cuda``: fake CUDA tensors) or not (``cpu``: the CPU
 stand-in). With BUDGET, ``plan`` adds ``--max-batch``.
@@ -14,7 +15,9 @@ stand-in). With BUDGET, ``plan`` adds ``--max-batch``.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,9 +80,16 @@ def real(name: str, strategy: str, batch: int, budget: int | None) -> dict[str, 
         torch.cuda.reset_peak_memory_stats()
         step()
         torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        seconds = []
+        for _ in range(5):  # what the plan's roofline estimate is compared with
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
     except torch.OutOfMemoryError:
         return {"oom": True}
-    return {"peak": torch.cuda.max_memory_allocated() - before}
+    return {"peak": peak, "step_seconds": statistics.median(seconds)}
 
 
 def plan(name: str, strategies: str, batch: int, device: str, budget: int | None) -> dict[str, object]:

@@ -35,11 +35,14 @@ class Planned:
 def _model(kind: str, sizes: dict[str, Any]) -> Any:
     import torch
 
-    from support.plan_models import GPT
+    from support.plan_models import GPT, cnn
 
     if kind == "gpt":
         with torch.device("meta"):
             return GPT(**sizes)
+    if kind == "cnn":
+        with torch.device("meta"):
+            return cnn(**sizes)
     if kind == "encoder":
         layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
         return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)

@@ -32,8 +32,13 @@ NO_TIMES = (
     "is initialised: {why}"
 )
 NOT_SEEN = (
-    "Not in these figures: the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers, the caching "
+    "Not in these figures: the CUDA context, cuBLAS's workspace, NCCL buffers, the caching "
     "allocator's fragmentation, and memory other processes hold (see the README)."
+)
+WORKSPACES = (
+    "Convolutions: the peak holds cuDNN's workspaces as estimated from an H200's (about the "
+    "activations each pass reads and writes); whether a step fits is judged without them, since "
+    "cuDNN settles for algorithms with smaller workspaces when memory is short."
 )
 SAC = (
     "sac is torchtitan's selective policy (keep matmul, convolution and attention outputs), "
@@ -63,23 +68,31 @@ class _Planner:
         self.world = world
         self.mesh = mesh
         self.mesh_error = mesh_error
-        self._cache: dict[tuple[frozenset[str], int, bool], Measured] = {}
+        self._cache: dict[tuple[frozenset[str], int, bool, bool], Measured] = {}
         self.time_errors: set[str] = set()
 
-    def _measure(self, features: frozenset[str], batch: int, timed: bool) -> Measured:
-        key = (features, batch, timed)
+    def _measure(self, features: frozenset[str], batch: int, timed: bool, workspaces: bool) -> Measured:
+        key = (features, batch, timed, workspaces)
         if key not in self._cache:
             if "fsdp" in features and self.mesh is None:
                 raise PlanError(self.mesh_error or "no process group")
-            self._cache[key] = measure(self.request.spec, self.world, features, batch, self.mesh, timed)
+            self._cache[key] = measure(
+                self.request.spec, self.world, features, batch, self.mesh, timed, workspaces
+            )
         return self._cache[key]
 
-    def row(self, name: str, batch: int, timed: bool) -> PlanRow:
-        """Strategy ``name`` at ``batch``: measured, or for DDP derived from the step without it."""
+    def row(self, name: str, batch: int, timed: bool, workspaces: bool = True) -> PlanRow:
+        """Strategy ``name`` at ``batch``: measured, or for DDP derived from the step without it.
+        With ``workspaces``, the peak holds cuDNN's estimated workspaces and the row says how
+        much of it they are (a second step measured without them); without, it is the least
+        the step needs, which is what decides whether it fits."""
         features = strategy_features(name)
         gpus = strategy_gpus(name, self.request.gpus)
         base = features - {"ddp"}
-        measured = self._measure(base, batch, timed)
+        measured = self._measure(base, batch, timed, workspaces)
+        workspace = None
+        if workspaces and measured.convolutions:
+            workspace = measured.peak_bytes - self._measure(base, batch, False, False).peak_bytes
         if measured.time_error:
             self.time_errors.add(measured.time_error)
         f = measured.figures
@@ -94,6 +107,7 @@ class _Planner:
             activations_bytes=f["activations"],
             temporaries_bytes=f["temporaries"],
             inputs_bytes=f["inputs"],
+            workspace_bytes=workspace,
             step_seconds=measured.step_seconds,
             derived="CPU offload estimated: the FSDP peak less the shards, their gradients and the optimizer"
             if "offload" in features and self.world.stand_in
@@ -105,7 +119,7 @@ class _Planner:
 
     def fits(self, name: str, batch: int) -> bool:
         try:
-            return bool(self.row(name, batch, timed=False).fits)
+            return bool(self.row(name, batch, timed=False, workspaces=False).fits)
         except Exception:
             return False  # a batch too large for an op's index type does not fit either
 
@@ -119,7 +133,8 @@ class _Planner:
             return self._failed(name, _one_line(exc))
         budget = self.request.device_bytes
         if self.request.max_batch and budget is not None and row.peak_bytes is not None:
-            row = replace(row, max_batch=self._max_batch(name, row.peak_bytes, budget))
+            least = row.peak_bytes - (row.workspace_bytes or 0)
+            row = replace(row, max_batch=self._max_batch(name, least, budget))
         return row
 
     def _max_batch(self, name: str, peak: int, budget: int) -> int:
@@ -127,7 +142,7 @@ class _Planner:
         batch and twice it say the line crosses the budget."""
         batch = self.request.spec.batch.size
         try:
-            larger = self.row(name, 2 * batch, timed=False).peak_bytes or peak
+            larger = self.row(name, 2 * batch, timed=False, workspaces=False).peak_bytes or peak
         except Exception:
             larger = peak
         guess = linear_guess(batch, peak, 2 * batch, larger, budget)
@@ -166,7 +181,7 @@ def make_plan(request: PlanRequest) -> Plan:
         device_source=request.device_source,
         measured_on="CUDA (fake tensors)" if world.device == "cuda" else "CPU standing in for CUDA",
         table=rows,
-        notes=_notes(request, world, planner.time_errors),
+        notes=_notes(request, world, planner.time_errors) + _workspace_note(rows),
     )
 
 
@@ -192,3 +207,7 @@ def _notes(request: PlanRequest, world: FakeWorld, time_errors: set[str]) -> lis
         notes.append(SAC)
     notes.append(NOT_SEEN)
     return notes
+
+
+def _workspace_note(rows: list[PlanRow]) -> list[str]:
+    return [WORKSPACES] if any(r.workspace_bytes for r in rows) else []

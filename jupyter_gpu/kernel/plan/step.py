@@ -27,6 +27,7 @@ from ...analysis.plan import AMP_DTYPE
 from ...analysis.plan_figures import columns, offloaded
 from ...recompute import checkpoint_blocks
 from .fake_world import DTYPES, Batch, FakeWorld, PlanError, first_tensor, model_call
+from .workspaces import ConvWorkspaces
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, foreach=True),
@@ -56,6 +57,7 @@ class Measured:
     gradients_bytes: int  # every gradient together (DDP's buckets are as big)
     step_seconds: float | None
     time_error: str | None = None  # why RuntimeEstimator gave no time
+    convolutions: int = 0  # convolutions that take a cuDNN workspace (held in the peak if asked)
 
 
 def _loss(spec: StepSpec, out: Any, target: Any) -> torch.Tensor:
@@ -117,6 +119,7 @@ def measure(
     batch_size: int,
     mesh: Any = None,
     estimate_time: bool = False,
+    workspaces: bool = True,
 ) -> Measured:
     """One strategy at one batch size: the steady-state step's peak and what makes it."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -153,7 +156,8 @@ def measure(
         else:
             tracker = MemTracker()
             tracker.track_external(model, optimizer, *_tensors(batch), *_tensors(target))
-        with tracker:
+        scratch = ConvWorkspaces(enabled=workspaces)
+        with tracker, scratch:
             step()
         snapshot = _device_snapshot(tracker.get_tracker_snapshot("peak"), world.device)
         if "offload" in features and world.device != "cuda":
@@ -161,7 +165,7 @@ def measure(
         figures = columns(snapshot, _state_bytes(optimizer, world.device))
         seconds, time_error = _estimate(step) if estimate_time and not fsdp else (None, None)
     gradients = sum(p.numel() * p.element_size() for p in params)
-    return Measured(figures, sum(figures.values()), gradients, seconds, time_error)
+    return Measured(figures, sum(figures.values()), gradients, seconds, time_error, scratch.convolutions)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -178,6 +182,14 @@ def _device_snapshot(snapshot: dict[Any, dict[Any, int]], device: str) -> dict[s
     return {}
 
 
+class _Quiet(io.StringIO):
+    """Swallows the estimator's printout. It has an encoding because triton reads the GPU's
+    peak figures from nvidia-smi and decodes them with ``sys.stdout.encoding`` (a plain
+    StringIO's None made torch 2.11's estimator fail on the H200)."""
+
+    encoding = "utf-8"
+
+
 def _estimate(step: Callable[[], None]) -> tuple[float | None, str | None]:
     """Seconds for one step by torch's roofline model (needs CUDA initialised: it reads the
     GPU's peak FLOP/s and memory bandwidth), or None and why the model failed on the step."""
@@ -185,7 +197,7 @@ def _estimate(step: Callable[[], None]) -> tuple[float | None, str | None]:
 
     estimator = RuntimeEstimator()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), estimator("operator-level-cost-model"):
+        with contextlib.redirect_stdout(_Quiet()), estimator("operator-level-cost-model"):
             step()  # it prints its total on exit
     except Exception as exc:
         lines = str(exc).strip().splitlines()
