@@ -111,9 +111,9 @@ def warm_device(
     """Run the chosen steps (all without a choice) on one device, timing each (synchronised) and
     carrying on past failures; a pacer that says no stops it between steps.
 
-    Each step leaves the CPU's and the device's random number generators as it found them, and
-    builds its models on the device (its own generator, not the CPU's): a warm-up between a
-    notebook's ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
+    Each step leaves the CPU's and the device's random number generators as it found them (its
+    models are built on the device, from the device's generator): a warm-up between a notebook's
+    ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
     section = Section(f"cuda:{index}")
     with torch.cuda.device(index):
         for name, action in warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile):
@@ -123,8 +123,8 @@ def warm_device(
             start = time.perf_counter()
             error = None
             try:
-                with torch.random.fork_rng(devices=[index]), torch.device("cuda", index):
-                    action()  # built on the device, random numbers restored: the notebook's seeds hold
+                with torch.random.fork_rng(devices=[index]):
+                    action()  # random numbers restored after each step: the notebook's seeds hold
                 torch.cuda.synchronize(index)
             except Exception as exc:  # one library failing must not hide what the others cost
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

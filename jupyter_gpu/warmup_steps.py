@@ -235,10 +235,10 @@ def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool)
             )
         )
     if choice.grad_scaler:
-        steps.append(("fp16 GradScaler step", lambda: _grad_scaler(kit)))
+        steps.append(("fp16 GradScaler step", functools.partial(_on_device, _grad_scaler, kit)))
     for family, label, run in _FAMILY_STEPS:
         if family in choice.families:
-            steps.append((label + in_dtypes, functools.partial(run, kit)))
+            steps.append((label + in_dtypes, functools.partial(_on_device, run, kit)))
     if nccl:
         steps.append(
             (
@@ -254,6 +254,14 @@ def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool)
             )
         )
     return steps
+
+
+def _on_device(run: Callable[[_Kit], None], kit: _Kit) -> None:
+    """Models built on the device draw their initial weights from its generator, not the CPU's
+    (the warm-up restores the device's after each step, and the CPU's is shared by every
+    device's thread). Optimizers are left out: their state would move to the device too."""
+    with kit.torch.device(kit.dev):
+        run(kit)
 
 
 def _name(dtype: Any) -> str:
