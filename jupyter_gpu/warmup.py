@@ -1,14 +1,11 @@
 """The warm-up: pay CUDA's one-time start-up costs before the first real step.
 
-Under lazy module loading each kernel family loads on first use; cuBLAS, cuBLASLt, cuDNN and
-attention build handles and choose algorithms on their first call; the first optimizer
-constructor imports ``torch._dynamo`` (seconds of CPU). cuDNN and cuBLAS choose kernels by
-shape, so the warm-up trains small CNNs, MLPs and transformer blocks of the shapes first
-notebooks use (forward, backward, each common optimizer's first and later steps), in fp32 and
-under autocast. A warm-up moves those costs to a moment the user picks: it does not remove them,
-and it cannot know every shape of a particular model, which is what ``%%gpu_warmup``'s cell form
-(run the user's own step once) is for.
-It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times larger.
+The steps (``warmup_steps.py``) warm the families of kernels a ``warmup_choice.Choice`` names:
+what the notebook uses, or everything. A warm-up moves those costs to a moment the user picks (or
+to a background thread while the user reads): it does not remove them, and it cannot know every
+shape of a particular model, which is what ``%%gpu_warmup``'s cell form (run the user's own step
+once) is for. It never sets ``CUDA_MODULE_LOADING=EAGER``: that makes the context three times
+larger.
 
 Plain library code (no IPython): ``%gpu_warmup`` (``kernel/warmup_magic.py``) and
 ``jupyter gpu warmup`` both run these steps.
@@ -18,14 +15,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from . import warmup_steps
 from .analysis.units import format_bytes
 from .report import Report, Reportable, Row
 from .report import Section as ReportSection
+from .warmup_choice import Choice
 
 # Warmth belongs to the process (CUDA state is per process), not to one extension load.
 _first_warmup_ms: dict[int, float] = {}
@@ -35,6 +33,15 @@ _FORK_LAUNCHERS = {
     "pytorch_lightning": "Lightning's ddp_notebook",
     "ignite": "ignite's Parallel",
 }
+
+
+class Pacer(Protocol):
+    """Asked before each step whether to run it (it may wait first: a background warm-up waits
+    while a cell runs) and told when it ends."""
+
+    def before(self, step: str) -> bool: ...
+
+    def after(self, step: Step) -> None: ...
 
 
 @dataclass
@@ -83,178 +90,6 @@ def _block(section: Section) -> ReportSection:
     return ReportSection(section.title, rows, section.notes)
 
 
-# Common shapes of first notebooks (CIFAR/MNIST-sized CNNs, MLPs, small transformers): under lazy
-# loading cuDNN and cuBLAS load one kernel per algorithm they pick, and they pick by shape, so the
-# warm-up trains on the shapes people start with rather than on one tiny example.
-_IMAGES = ((3, 32, 64), (3, 32, 16), (1, 28, 64))  # (channels, size, batch)
-_WIDTHS = (64, 128, 256, 512, 1024)
-_LINEARS = (
-    *[(i, o) for i in _WIDTHS for o in (*_WIDTHS, 10)],
-    (784, 256),
-    (784, 512),
-    (4096, 4096),
-    (8192, 10),
-    (32768, 10),  # a flattened feature map into a classifier head
-)
-_TRANSFORMERS = ((256, 8, 1024, 128, 32, "relu", False), (512, 8, 2048, 128, 16, "gelu", True))
-
-
-def _steps(torch: Any, index: int, nccl: bool, compile: bool) -> list[tuple[str, Callable[[], None]]]:
-    """The warm-up, as (label, action) pairs for one device; each action touches one family."""
-    F = torch.nn.functional
-    nn = torch.nn
-    dev = torch.device("cuda", index)
-    major, _ = torch.cuda.get_device_capability(index)
-    low = torch.bfloat16 if major >= 8 else torch.float16  # bf16 only where the GPU has it
-    halves = [torch.float16] + ([torch.bfloat16] if major >= 8 else [])
-    low_name = str(low).removeprefix("torch.")
-
-    def randn(*shape: int, dtype: Any = torch.float32) -> Any:
-        return torch.randn(*shape, device=dev, dtype=dtype)
-
-    def labels(n: int, classes: int = 10) -> Any:
-        return torch.randint(0, classes, (n,), device=dev)
-
-    def train(model: Any, x: Any, y: Any) -> None:
-        """Forward, cross-entropy and backward, in fp32 and under autocast: both kernel sets."""
-        for autocast in (False, True):
-            with torch.autocast("cuda", dtype=low, enabled=autocast):
-                loss = F.cross_entropy(model(x), y)
-            loss.backward()
-
-    def elementwise() -> None:
-        x = randn(1 << 16)
-        (x * 2 + 1).relu_().sum().item()
-        torch.rand(1024, device=dev).max().item()
-
-    def matmul(dtype: Any) -> Callable[[], None]:
-        return lambda: randn(256, 256, dtype=dtype) @ randn(256, 256, dtype=dtype)
-
-    def cnns() -> None:
-        for channels, size, batch in _IMAGES:
-            model = nn.Sequential(
-                nn.Conv2d(channels, 32, 3, padding=1),
-                nn.BatchNorm2d(32),
-                nn.ReLU(),
-                nn.MaxPool2d(2),
-                nn.Conv2d(32, 64, 3, padding=1),
-                nn.BatchNorm2d(64),
-                nn.ReLU(),
-                nn.AdaptiveAvgPool2d(1),
-                nn.Flatten(),
-                nn.Linear(64, 10),
-            ).to(dev)
-            train(model, randn(batch, channels, size, size), labels(batch))
-        resnet = nn.Sequential(  # strided, 1x1 and 7x7 convs, group norm, average pooling
-            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, stride=2, padding=1),
-            nn.Conv2d(64, 128, 3, stride=2, padding=1, bias=False),
-            nn.GroupNorm(8, 128),
-            nn.SiLU(),
-            nn.Conv2d(128, 256, 1, bias=False),
-            nn.BatchNorm2d(256),
-            nn.AvgPool2d(2),
-            nn.Flatten(),
-            nn.Dropout(0.1),
-            nn.Linear(256 * 4 * 4, 10),
-        ).to(dev)
-        train(resnet, randn(16, 3, 64, 64), labels(16))
-
-    def linears() -> None:
-        for batch in (64, 256):
-            for fan_in, fan_out in _LINEARS:
-                layer = nn.Linear(fan_in, fan_out, device=dev)
-                head = nn.Linear(fan_out, 10, device=dev) if fan_out != 10 else nn.Identity()
-                train(nn.Sequential(layer, nn.ReLU(), head), randn(batch, fan_in), labels(batch))
-        mlp = nn.Sequential(
-            nn.Linear(512, 512), nn.GELU(), nn.LayerNorm(512), nn.Dropout(0.1), nn.Tanh(), nn.Linear(512, 10)
-        ).to(dev)
-        train(mlp, randn(64, 512), labels(64))
-
-    def transformers() -> None:
-        for d, heads, ff, seq, batch, activation, norm_first in _TRANSFORMERS:
-            model = nn.Sequential(
-                nn.Embedding(1000, d),
-                nn.TransformerEncoderLayer(
-                    d, heads, ff, batch_first=True, activation=activation, norm_first=norm_first
-                ),
-                nn.Linear(d, 1000),
-                nn.Flatten(0, 1),  # one prediction per token
-            ).to(dev)
-            tokens = torch.randint(0, 1000, (batch, seq), device=dev)
-            train(model, tokens, labels(batch * seq, 1000))
-
-    def attention() -> None:
-        q = randn(2, 4, 128, 64, dtype=low)
-        F.scaled_dot_product_attention(q, q, q, is_causal=True)
-
-    def optimizers() -> None:
-        """Each common optimizer's first step (state creation) and second (the steady path)."""
-        optim = torch.optim
-        variants: list[tuple[Callable[..., Any], dict[str, Any]]] = [
-            (optim.SGD, {"lr": 0.1}),
-            (optim.SGD, {"lr": 0.1, "momentum": 0.9}),
-            (optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4}),
-            (optim.Adam, {}),
-            (optim.Adam, {"weight_decay": 1e-4}),
-            (optim.AdamW, {}),
-        ]
-        for dtype, fused in ((torch.float32, False), (low, False), (torch.float32, True)):
-            params = [nn.Parameter(randn(n, dtype=dtype)) for n in (10, 1000, 100_000)]
-            for make, options in variants:
-                opt = make(params, **options, **({"fused": True} if fused else {}))
-                for _ in range(2):
-                    for p in params:
-                        p.grad = torch.randn_like(p)
-                    nn.utils.clip_grad_norm_(params, 1.0)
-                    opt.step()
-                opt.zero_grad(set_to_none=False)
-
-    def grad_scaler() -> None:
-        model = nn.Linear(64, 10).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        scaler = torch.amp.GradScaler("cuda")
-        for _ in range(2):
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = F.cross_entropy(model(randn(64, 64)), labels(64))
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-
-    steps = [
-        ("context", lambda: torch.empty(1, device=dev)),
-        ("elementwise, reduction, RNG", elementwise),
-        *[(f"matmul {str(d).removeprefix('torch.')} (cuBLAS)", matmul(d)) for d in [torch.float32, *halves]],
-        (f"scaled-dot-product attention {low_name}", attention),
-        (
-            "optimizers: SGD, Adam, AdamW, foreach and fused, first and later steps "
-            "(the first one imports torch._dynamo)",
-            optimizers,
-        ),
-        ("fp16 GradScaler step", grad_scaler),
-        (f"CNN training steps: conv, norms, pooling, cross-entropy (fp32, {low_name})", cnns),
-        (f"linear layers of common widths, forward + backward (fp32, {low_name})", linears),
-        (f"transformer encoder blocks, forward + backward (fp32, {low_name})", transformers),
-    ]
-    if nccl:
-        steps.append(
-            (
-                "NCCL communicator (this process only)",
-                lambda: torch.cuda.nccl.all_reduce([torch.ones(1, device=dev)]),
-            )
-        )
-    if compile:
-        steps.append(
-            (
-                "torch.compile (Dynamo, Inductor, Triton)",
-                lambda: torch.compile(lambda x: F.gelu(x) * 2 + 1)(randn(64, 64)),
-            )
-        )
-    return steps
-
-
 def _process_memory(torch: Any, index: int) -> int | None:
     """This process's memory on the GPU as NVML counts it (context included), if NVML can say."""
     from .nvml.holders import device_view
@@ -265,19 +100,37 @@ def _process_memory(torch: Any, index: int) -> int | None:
     return view.this_kernel_bytes if view else None
 
 
-def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = False) -> Section:
-    """Run every step on one device, timing each (synchronised) and carrying on past failures."""
+def warm_device(
+    torch: Any,
+    index: int,
+    choice: Choice | None = None,
+    nccl: bool = False,
+    compile: bool = False,
+    pacer: Pacer | None = None,
+) -> Section:
+    """Run the chosen steps (all without a choice) on one device, timing each (synchronised) and
+    carrying on past failures; a pacer that says no stops it between steps.
+
+    Each step leaves the CPU's and the device's random number generators as it found them (its
+    models are built on the device, from the device's generator): a warm-up between a notebook's
+    ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
     section = Section(f"cuda:{index}")
     with torch.cuda.device(index):
-        for name, action in _steps(torch, index, nccl, compile):
+        for name, action in warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile):
+            if pacer is not None and not pacer.before(name):
+                section.notes.append(f"stopped before: {name}")
+                break
             start = time.perf_counter()
             error = None
             try:
-                action()
+                with torch.random.fork_rng(devices=[index]):
+                    action()  # random numbers restored after each step: the notebook's seeds hold
                 torch.cuda.synchronize(index)
             except Exception as exc:  # one library failing must not hide what the others cost
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             section.steps.append(Step(name, (time.perf_counter() - start) * 1e3, error))
+            if pacer is not None:
+                pacer.after(section.steps[-1])
             if error and name == "context":
                 break
     section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
@@ -295,16 +148,26 @@ def warm_device(torch: Any, index: int, nccl: bool = False, compile: bool = Fals
     return section
 
 
-def warm_up(devices: list[int], nccl: bool = False, compile: bool = False) -> WarmupReport:
-    """Warm every device, in parallel; usable without IPython (scripts, benchmarks)."""
+def warm_up(
+    devices: list[int],
+    choice: Choice | None = None,
+    nccl: bool = False,
+    compile: bool = False,
+    pacer: Pacer | None = None,
+) -> WarmupReport:
+    """Warm every device, in parallel; usable without IPython (scripts, benchmarks). Without a
+    choice, everything (``--all``); with one, its one-line reason leads the report's notes."""
     import torch
+
+    def warm(index: int) -> Section:
+        return warm_device(torch, index, choice, nccl, compile, pacer)
 
     if len(devices) > 1:  # one thread per device: kernel loading and cuDNN set-up overlap
         with ThreadPoolExecutor(len(devices), thread_name_prefix="gpu-warmup") as pool:
-            sections = list(pool.map(lambda i: warm_device(torch, i, nccl, compile), devices))
+            sections = list(pool.map(warm, devices))
     else:
-        sections = [warm_device(torch, i, nccl, compile) for i in devices]
-    report = WarmupReport(sections)
+        sections = [warm(i) for i in devices]
+    report = WarmupReport(sections, [choice.describe()] if choice else [])
     launchers = sorted({v for k, v in _FORK_LAUNCHERS.items() if k in sys.modules})
     if launchers:
         report.notes.append(

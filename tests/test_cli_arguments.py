@@ -32,7 +32,7 @@ def test_help_names_the_magics_as_typed_in_a_notebook():
     """argparse %-formats help lines but not descriptions: '%%' must appear only where it is formatted."""
     doctor, top = cli("doctor", "--help").stdout, cli("--help").stdout
     assert "The checklist of %gpu_doctor:" in doctor
-    assert "run %gpu_warmup's steps" in top
+    assert "run all of %gpu_warmup's steps" in top
     assert "%%" not in doctor + top
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -16,6 +15,8 @@ import pytest
 from IPython.core.error import UsageError
 
 torch = pytest.importorskip("torch")
+
+from support.warmup_fakes import fake_cuda  # noqa: E402
 
 from jupyter_gpu import warmup  # noqa: E402 -- only with torch present
 from jupyter_gpu.kernel import warmup_magic  # noqa: E402
@@ -51,19 +52,6 @@ def test_repeat_must_be_positive(ip):
         ip.run_cell_magic("gpu_warmup", "--repeat 0", "pass")
 
 
-def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
-    cuda = types.SimpleNamespace(
-        device_count=lambda: count,
-        current_device=lambda: current,
-        device=lambda index: contextlib.nullcontext(),
-        synchronize=lambda index=None: None,
-        get_device_name=lambda index: "Fake GPU",
-        memory_reserved=lambda index: 64 << 20,
-        get_device_properties=lambda index: types.SimpleNamespace(),  # no uuid: NVML figure left out
-    )
-    return types.SimpleNamespace(cuda=cuda)
-
-
 @pytest.mark.parametrize(("text", "devices"), [(None, [1]), ("all", [0, 1]), ("1,0", [1, 0]), ("1, 1", [1])])
 def test_devices_option(text, devices):
     assert warmup_magic._parse_devices(text, fake_cuda(current=1)) == devices
@@ -84,9 +72,9 @@ def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(
         raise RuntimeError("no kernel image is available for execution on the device\nmore")
 
     monkeypatch.setattr(
-        warmup,
-        "_steps",
-        lambda torch, index, nccl, compile: [
+        warmup.warmup_steps,
+        "steps_for",
+        lambda torch, index, choice, nccl, compile: [
             ("context", lambda: None),
             ("matmul bf16 (cuBLAS)", boom),
             ("attention", lambda: None),
@@ -106,14 +94,16 @@ def test_a_failed_context_stops_the_device(monkeypatch):
     def no_context():
         raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
 
-    monkeypatch.setattr(warmup, "_steps", lambda *a: [("context", no_context), ("never", lambda: None)])
+    monkeypatch.setattr(
+        warmup.warmup_steps, "steps_for", lambda *a: [("context", no_context), ("never", lambda: None)]
+    )
     monkeypatch.setattr(warmup, "_first_warmup_ms", {})
     section = warmup.warm_device(fake_cuda(), 0)
     assert [s.name for s in section.steps] == ["context"] and section.steps[0].error
 
 
 def test_fork_based_launchers_get_a_note(monkeypatch):
-    monkeypatch.setattr(warmup, "warm_device", lambda torch, i, nccl, compile: warmup.Section(f"cuda:{i}"))
+    monkeypatch.setattr(warmup, "warm_device", lambda torch, i, *options: warmup.Section(f"cuda:{i}"))
     monkeypatch.setitem(sys.modules, "accelerate", types.ModuleType("accelerate"))
     report = warmup.warm_up([0])
     assert "fork-based launchers (accelerate's notebook_launcher) will refuse to start" in report.notes[0]
@@ -163,7 +153,7 @@ def test_undo_removes_the_magic():
 @needs_gpu
 def test_every_step_runs_and_the_second_call_says_it_was_warm(ip, capsys):
     loading = os.environ.get("CUDA_MODULE_LOADING")
-    ip.run_line_magic("gpu_warmup", "--devices 0")
+    ip.run_line_magic("gpu_warmup", "--devices 0 --all")
     first = capsys.readouterr().out
     assert os.environ.get("CUDA_MODULE_LOADING") == loading  # never forced to EAGER
     assert "FAILED" not in first
@@ -175,6 +165,8 @@ def test_every_step_runs_and_the_second_call_says_it_was_warm(ip, capsys):
         "CNN training steps",
         "linear layers of common widths",
         "transformer encoder blocks",
+        "batch, layer and group norms",
+        "embeddings into a linear head",
     ):
         assert step in first
     report = warmup.warm_up([0])
@@ -212,7 +204,11 @@ def test_after_warmup_the_first_step_is_within_10x_of_steady_in_fresh_kernels():
     CNN with SGD, a transformer block with AdamW under bf16 autocast, an MLP with Adam."""
     pytest.importorskip("jupyter_client")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "warmup.py"), "--trials", "2", "--steps", "20", "--json"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "warmup.py"),
+            *("--trials", "2", "--steps", "20", "--arms", "cold,targeted", "--json"),
+        ],
         capture_output=True,
         text=True,
         timeout=1150,

@@ -17,10 +17,11 @@ from .common import EXIT_FAIL, EXIT_NO_GPU, EXIT_OK, EXIT_USAGE, CliError, print
 def add_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "warmup",
-        help="run %%gpu_warmup's steps on every GPU and time them",
-        description="Per GPU: CUDA context, elementwise/reduction/RNG kernels, a matmul per dtype, "
-        "linear, conv2d + batchnorm (fp32 and half-precision autocast), attention, a backward "
-        "pass with an AdamW step. Exits 1 when a step fails.",
+        help="run all of %%gpu_warmup's steps on every GPU and time them",
+        description="Per GPU, every step of %gpu_warmup --all: CUDA context, elementwise/reduction/RNG "
+        "kernels, a matmul per dtype, training steps of CNNs, norms, linear layers, embeddings and "
+        "transformer blocks (fp32 and half-precision autocast), attention, SGD/Adam/AdamW steps. "
+        "Exits 1 when a step fails.",
     )
     p.add_argument("--devices", default="all", help="GPU indices such as 0,1 (default: all)")
     p.add_argument("--nccl", action="store_true", help="also start an NCCL communicator per GPU")

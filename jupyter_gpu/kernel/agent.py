@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from traitlets import Float
+from traitlets import Enum, Float, default
 from traitlets.config import Configurable
 
 from ..analysis.fragmentation import SnapshotSummary, allocator_figures, summarize_snapshot
@@ -50,6 +50,22 @@ class KernelAgent(Configurable):
         help="Seconds between allocator snapshots (largest free block, segments). Stretched "
         "automatically when a snapshot is slow, so that snapshots take at most 0.1% of the time.",
     ).tag(config=True)
+
+    warmup = Enum(
+        ["off", "background"],
+        help='"background": once the notebook has imported torch, warm up what it uses on a '
+        "background thread (as %gpu_warmup --background), where a GPU is usable; never in a kernel "
+        'that has not imported torch. "off": only when asked. Default: the kernel\'s '
+        "JUPYTER_GPU_WARMUP, else off.",
+    ).tag(config=True)
+
+    @default("warmup")
+    def _warmup_from_environment(self) -> str:
+        value = os.environ.get("JUPYTER_GPU_WARMUP", "off")
+        if value not in ("off", "background"):
+            log.warning("jupyter_gpu: JUPYTER_GPU_WARMUP=%r is neither off nor background: off", value)
+            return "off"
+        return value
 
     def __init__(
         self, path: Path, kernel_id: str, clock: Callable[[], float] = time.time, **kwargs: Any
@@ -191,9 +207,16 @@ def register(ipython: Any) -> Callable[[], None]:
     agent = KernelAgent(*found, parent=ipython)
     agent.start()
     _running = agent
+    cancel_warmup = None
+    if agent.warmup == "background":
+        from .warmup_magic import warm_after_torch_import
+
+        cancel_warmup = warm_after_torch_import(ipython)
 
     def stop() -> None:
         global _running
+        if cancel_warmup is not None:
+            cancel_warmup()
         agent.stop()
         if _running is agent:
             _running = None

@@ -1,5 +1,6 @@
-"""``%gpu_warmup`` and ``%%gpu_warmup``: the warm-up (``jupyter_gpu.warmup``) in a notebook, and
-the user's own cell run once cold and then warm."""
+"""``%gpu_warmup`` and ``%%gpu_warmup``: the warm-up (``jupyter_gpu.warmup``) in a notebook, of
+what the notebook uses (``--all``: everything), now or in the background; and the user's own cell
+run once cold and then warm."""
 
 from __future__ import annotations
 
@@ -14,21 +15,55 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..doctor import no_gpu_reason
-from ..warmup import Section, Step, WarmupReport, parse_devices, warm_up
+from ..warmup import Pacer, Section, Step, WarmupReport, parse_devices, warm_up
+from ..warmup_choice import Choice, choose
+from . import warmup_background as background
 from .cellexec import run_source
 from .extension import ShellMagics, unregister_magics
 from .magic_args import parse as parse_args
+from .torch_hook import after_torch_import
+from .warmup_sources import sources
+
+READING = "reading what the notebook uses"
 
 
 def _parse_devices(text: str | None, torch: Any) -> list[int]:
-    """The magic's reading of ``--devices``: this kernel's current GPU when none is given."""
+    """The magic's reading of ``--devices``: this kernel's current GPU when none is given (GPU 0
+    while CUDA is not initialised: nothing can have chosen another, and asking would initialise it)."""
     if text is None:
-        return [torch.cuda.current_device()]
+        return [torch.cuda.current_device() if torch.cuda.is_initialized() else 0]
     count = torch.cuda.device_count()
     try:
         return parse_devices(text, count)
     except ValueError as error:
         raise UsageError(f"{error} (this kernel sees {count} GPU{'s' if count != 1 else ''}).") from None
+
+
+def _work(
+    ipython: InteractiveShell, devices: list[int], choice: Choice | None, nccl: bool, compile: bool
+) -> Callable[[Pacer | None], WarmupReport]:
+    """The warm-up, now or on the background thread: without a choice, it first reads what the
+    notebook uses (in the background, between cells, like its steps)."""
+
+    def work(pacer: Pacer | None) -> WarmupReport:
+        chosen = choice
+        if chosen is None:
+            if pacer is not None and not pacer.before(READING):
+                return WarmupReport([], ["stopped before it began"])
+            start = time.perf_counter()
+            chosen = choose(sources(ipython))
+            if pacer is not None:
+                pacer.after(Step(READING, (time.perf_counter() - start) * 1e3))
+        return warm_up(devices, chosen, nccl=nccl, compile=compile, pacer=pacer)
+
+    return work
+
+
+def _show(report: WarmupReport, quiet: bool) -> None:
+    if quiet:
+        print(report.summary())
+    else:
+        display(report)
 
 
 @magics_class
@@ -37,6 +72,12 @@ class WarmupMagics(ShellMagics):
     @argument(
         "--devices", default=None, help="GPU indices such as 0,1, or 'all' (default: the current device)"
     )
+    @argument(
+        "--all", action="store_true", help="warm every family, dtype and optimizer, not only the notebook's"
+    )
+    @argument("--background", action="store_true", help="return at once and warm on a thread between cells")
+    @argument("--wait", action="store_true", help="wait for the background warm-up and show its report")
+    @argument("--status", action="store_true", help="say how far the background warm-up has got")
     @argument("--nccl", action="store_true", help="also start an NCCL communicator (in this process only)")
     @argument("--compile", action="store_true", help="also compile a tiny function with torch.compile")
     @argument("--repeat", type=int, default=1, help="cell form: warm runs after the cold one (default 1)")
@@ -45,12 +86,18 @@ class WarmupMagics(ShellMagics):
     def gpu_warmup(self, line: str, cell: str | None = None) -> None:
         """Pay CUDA's start-up costs now, so that the first real step is not mysteriously slow.
 
-        ``%gpu_warmup [--devices 0,1|all] [--nccl] [--compile] [--quiet]`` runs, per device (in
-        parallel): the CUDA context, elementwise/reduction/RNG kernels, a matmul in each dtype,
-        scaled-dot-product attention, two steps of SGD, Adam and AdamW (foreach and fused), and
-        training steps (forward, cross-entropy, backward) of small CNNs, linear layers of common
-        widths and transformer blocks, in fp32 and under bf16 autocast; then shows what each
-        cost. A second call is near free and says so.
+        ``%gpu_warmup [--devices 0,1|all] [--all] [--nccl] [--compile] [--quiet]`` warms what
+        this notebook uses: the layer families (conv, norms, linear, embedding, transformer and
+        attention), half-precision dtypes and optimizers named in its code cells (the notebook
+        file), in the cells this kernel ran, or held by it as models and optimizers; nothing
+        named: the context, elementwise kernels and an fp32 matmul. ``--all`` warms everything.
+        Each device in parallel; then it shows what each step cost and why it chose them. A
+        second call is near free and says so.
+
+        ``--background`` returns at once and warms on a thread while you read and type: a cell
+        that starts meanwhile waits at most for the step in flight, and the warm-up waits until
+        the cell ends. ``--status`` says how far it has got; ``--wait`` (or a plain
+        ``%gpu_warmup``) waits for it and shows its report.
 
         ``%%gpu_warmup [--repeat N]`` runs the cell itself once cold and N times warm (write it
         so that running it more than once is harmless, e.g. a step on a dummy batch): the only
@@ -63,6 +110,29 @@ class WarmupMagics(ShellMagics):
         args = parse_args(self.gpu_warmup, line)
         if args.repeat < 1:
             raise UsageError("--repeat must be 1 or more.")
+        if cell is not None and (args.background or args.wait or args.status or args.all):
+            raise UsageError(
+                "%%gpu_warmup runs its cell now: --background, --wait, --status and --all are for %gpu_warmup."
+            )
+        runner = background.current()
+        if args.status:
+            print(
+                runner.status()
+                if runner
+                else f"gpu_warmup: {background.not_started or 'no background warm-up was started'}."
+            )
+            return
+        if runner is not None and (args.wait or (runner.running and not args.background)):
+            _show(runner.wait(), args.quiet)  # a foreground call during a background one waits for it
+            return
+        if args.wait:
+            print(f"gpu_warmup: {background.not_started or 'no background warm-up was started'}.")
+            return
+        if runner is not None and runner.running:
+            print(
+                "gpu_warmup: a background warm-up is already running; %gpu_warmup --status says how far it is."
+            )
+            return
         reason = no_gpu_reason()
         if reason is not None:
             print(f"gpu_warmup: nothing to warm. {reason}. Run %gpu_doctor for the fix.")
@@ -70,14 +140,18 @@ class WarmupMagics(ShellMagics):
         import torch
 
         devices = _parse_devices(args.devices, torch)
-        if cell is None:
-            report = warm_up(devices, nccl=args.nccl, compile=args.compile)
+        if cell is not None:
+            _show(WarmupReport([self._time_cell(torch, cell, devices, args.repeat)]), args.quiet)
+            return
+        work = _work(self.ipython, devices, Choice.all() if args.all else None, args.nccl, args.compile)
+        if args.background:
+            background.launch(self.ipython, work)
+            print(
+                "gpu_warmup: warming in the background; a cell waits at most for the step in flight. "
+                "%gpu_warmup --status says how far it is, --wait shows its report."
+            )
         else:
-            report = WarmupReport([self._time_cell(torch, cell, devices, args.repeat)])
-        if args.quiet:
-            print(report.summary())
-        else:
-            display(report)
+            _show(work(None), args.quiet)
 
     def _time_cell(self, torch: Any, cell: str, devices: list[int], repeat: int) -> Section:
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
@@ -97,7 +171,38 @@ class WarmupMagics(ShellMagics):
         return section
 
 
+def warm_after_torch_import(ipython: InteractiveShell) -> Callable[[], None]:
+    """``c.KernelAgent.warmup = "background"``: once the notebook has imported torch, warm what it
+    uses in the background, where a GPU is usable (else say why once); returns the undo."""
+
+    def begin() -> None:
+        try:
+            reason = no_gpu_reason()
+            if reason is None:
+                import torch
+
+                background.launch(ipython, _work(ipython, _parse_devices(None, torch), None, False, False))
+                return
+            background.not_started = f"no background warm-up: {reason}"
+        except Exception as error:  # the user's import cell must not show a traceback of ours
+            background.not_started = f"the background warm-up did not start: {type(error).__name__}: {error}"
+        print(f"gpu_warmup: {background.not_started}.")
+
+    cancel = after_torch_import(ipython, begin)
+
+    def undo() -> None:
+        cancel()
+        background.end()
+
+    return undo
+
+
 def register(ipython: InteractiveShell) -> Callable[[], None]:
     magics = WarmupMagics(ipython)
     ipython.register_magics(magics)
-    return lambda: unregister_magics(ipython, magics)
+
+    def undo() -> None:
+        background.end()  # unloading stops a background warm-up between steps
+        unregister_magics(ipython, magics)
+
+    return undo

@@ -88,14 +88,16 @@ def run(client: BlockingKernelClient, code: str, timeout: float = TIMEOUT) -> Ce
 
 class RealKernel:
     """An ipykernel of its own, whose connection file (and so the agent's stats file) lives in
-    ``runtime``; driven synchronously, for tests with no server."""
+    ``runtime``; driven synchronously, for tests with no server. ``extra_env``: more of the
+    kernel's environment (e.g. ``JPY_SESSION_NAME``, as jupyter_server sets it)."""
 
-    def __init__(self, runtime: Path) -> None:
+    def __init__(self, runtime: Path, **extra_env: str) -> None:
         self.kernel_id = str(uuid.uuid4())
         self.runtime = runtime
         self.km = KernelManager(connection_file=str(runtime / f"kernel-{self.kernel_id}.json"))
         env = dict(
             os.environ,
+            **extra_env,
             JUPYTER_RUNTIME_DIR=str(runtime),
             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         )

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import functools
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from ...ddp.errors import BadInput
 from ..extension import ShellMagics, cell_number, unregister_magics
 from ..magic_args import quoted_path
 from ..timeline import timeline_of
+from ..torch_hook import after_torch_import
 from . import args
 from .args import cell_arguments, checkpoint_arguments, worker_arguments
 
@@ -346,20 +346,13 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     ipython.register_magics(magics)
     gpus = visible_gpus() if os.environ.get("JUPYTER_GPU_DDP_PRESTART", "1") != "0" else 0
 
-    def after_torch(result: Any = None) -> None:
-        if "torch" in sys.modules:
-            ipython.events.unregister("post_run_cell", after_torch)
-            prestart_forkserver()
-
+    cancel = after_torch_import(ipython, prestart_forkserver) if gpus == 1 else None
     if gpus >= 2:
         prestart_forkserver()
-    elif gpus == 1:
-        ipython.events.register("post_run_cell", after_torch)
-        after_torch()
 
     def undo() -> None:
-        with contextlib.suppress(ValueError):  # already gone: torch came
-            ipython.events.unregister("post_run_cell", after_torch)
+        if cancel is not None:
+            cancel()
         magics.close()
         from ...ddp.slurm_alloc import release
 

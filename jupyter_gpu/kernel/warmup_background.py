@@ -1,0 +1,196 @@
+"""``%gpu_warmup --background``: the warm-up on a daemon thread while the user reads and types.
+
+A cell and a warm-up step never run at once: when a cell starts (IPython's ``pre_run_cell``) it
+waits for the step in flight, if any, and the warm-up then waits until the cell has ended
+(``post_run_cell``) before its next step. So a cell waits at most for one step, gets the GPU and
+the random number generators to itself, and nothing it does can deadlock with the warm-up, which
+never waits for the kernel. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
+on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
+printed by the thread (it would land in whatever cell runs then).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+
+from ..warmup import Pacer, Step, WarmupReport
+
+Work = Callable[[Pacer], WarmupReport]
+STEP_WAIT_S = 120.0  # the longest a starting cell waits for the step in flight (never forever)
+STOP_WAIT_S = 30.0  # the longest unloading waits for the step in flight
+
+
+class BackgroundWarmup:
+    """One background warm-up: ``work`` runs on a daemon thread and asks this object (its pacer)
+    before each step. ``cell_running``: whether a cell is running as it starts (then the first
+    step waits for that cell to end)."""
+
+    def __init__(self, work: Work, cell_running: bool) -> None:
+        self._work = work
+        self._cond = threading.Condition()
+        self._cell_running = cell_running
+        self._waiters = 0
+        self._stopping = False
+        self._in_flight: dict[int, str] = {}  # thread -> step (one thread per device)
+        self.done: list[Step] = []
+        self.paused_s = 0.0
+        self.report: WarmupReport | None = None
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self._thread = threading.Thread(target=self._run, name="gpu-warmup-background", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- the pacer: asked by the warm-up's thread(s) ---------------------------------------------
+
+    def before(self, step: str) -> bool:
+        """Wait while a cell runs (unless a cell waits for us); False once stopping."""
+        with self._cond:
+            paused = time.monotonic()
+            while self._cell_running and not self._waiters and not self._stopping:
+                self._cond.wait()
+            self.paused_s += time.monotonic() - paused
+            if self._stopping:
+                return False
+            self._in_flight[threading.get_ident()] = step
+            return True
+
+    def after(self, step: Step) -> None:
+        with self._cond:
+            self._in_flight.pop(threading.get_ident(), None)
+            self.done.append(step)
+            self._cond.notify_all()
+
+    # -- IPython's events: the kernel's main thread ----------------------------------------------
+
+    def cell_starts(self, info: Any = None) -> None:
+        """Pause the warm-up, after the step in flight (which the cell waits for)."""
+        with self._cond:
+            self._cell_running = True
+            deadline = time.monotonic() + STEP_WAIT_S
+            try:
+                while self._in_flight and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+            except KeyboardInterrupt:  # the user interrupted the wait: run the cell now
+                pass
+
+    def cell_ends(self, result: Any = None) -> None:
+        with self._cond:
+            self._cell_running = False
+            self._cond.notify_all()
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            report = self._work(self)
+        except BaseException as error:  # kept for the report: a traceback would land in a random cell
+            report = WarmupReport([], [f"the background warm-up failed: {type(error).__name__}: {error}"])
+        with self._cond:
+            self.ended = time.monotonic()
+            if self._stopping:
+                report.notes.append("stopped early: the extension was unloaded or the kernel shut down")
+            report.notes.append(
+                f"ran in the background: {self.ended - self.started:,.1f} s from start to end, "
+                f"{self.paused_s:,.1f} s of it paused while cells ran"
+            )
+            self.report = report
+            self._cond.notify_all()
+
+    # -- what the magic asks ---------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self.report is None
+
+    def wait(self) -> WarmupReport:
+        """Its report, once it has finished. Called from a running cell, so the warm-up runs on
+        meanwhile (it would otherwise wait for this very cell)."""
+        with self._cond:
+            self._waiters += 1
+            self._cond.notify_all()
+        try:
+            self._thread.join()
+        finally:
+            with self._cond:
+                self._waiters -= 1
+        assert self.report is not None  # the thread sets it before it ends
+        return self.report
+
+    def stop(self) -> None:
+        """Stop between steps and wait (boundedly) for the step in flight; safe to call twice."""
+        atexit.unregister(self.stop)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(STOP_WAIT_S)
+
+    def status(self) -> str:
+        """One line: how far it has got, or how it ended."""
+        with self._cond:
+            failed = [s.name for s in self.done if s.error]
+            failures = f"; {len(failed)} failed: {', '.join(failed)}" if failed else ""
+            if self.report is not None and self.ended is not None:
+                problems = [n for n in self.report.notes if "failed:" in n or "stopped" in n]
+                return (
+                    f"gpu_warmup: the background warm-up ended after {self.ended - self.started:,.1f} s, "
+                    f"{len(self.done)} steps run{failures}{'; ' if problems else ''}{'; '.join(problems)}. "
+                    "%gpu_warmup --wait shows its report."
+                )
+            now = ", ".join(self._in_flight.values())
+            where = f"now: {now}" if now else "paused while a cell runs"
+            return (
+                f"gpu_warmup: the background warm-up has run {time.monotonic() - self.started:,.1f} s, "
+                f"{len(self.done)} steps done{failures}; {where}. %gpu_warmup --wait waits for it."
+            )
+
+
+_current: BackgroundWarmup | None = None
+_undo_current: Callable[[], None] | None = None
+not_started: str | None = None  # why the automatic one did not start, for --status
+
+
+def current() -> BackgroundWarmup | None:
+    return _current
+
+
+def cell_is_running(ipython: InteractiveShell) -> bool:
+    """True while a cell executes (IPython points the displayhook at that cell's result)."""
+    return getattr(ipython.displayhook, "exec_result", None) is not None
+
+
+def launch(ipython: InteractiveShell, work: Work) -> BackgroundWarmup:
+    """Start a background warm-up, replacing a finished one; the caller checks none is running."""
+    global _current, _undo_current
+    end()
+    runner = BackgroundWarmup(work, cell_is_running(ipython))
+    ipython.events.register("pre_run_cell", runner.cell_starts)
+    ipython.events.register("post_run_cell", runner.cell_ends)
+
+    def undo() -> None:
+        runner.stop()
+        for event, callback in (("pre_run_cell", runner.cell_starts), ("post_run_cell", runner.cell_ends)):
+            with contextlib.suppress(ValueError):
+                ipython.events.unregister(event, callback)
+
+    _current, _undo_current = runner, undo
+    atexit.register(runner.stop)  # kernel shutdown: no CUDA call left running at interpreter exit
+    runner.start()
+    return runner
+
+
+def end() -> None:
+    """Stop the current background warm-up, if any, and remove its event callbacks."""
+    global _current, _undo_current
+    if _undo_current is not None:
+        _undo_current()
+    _current = _undo_current = None

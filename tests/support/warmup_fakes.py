@@ -1,0 +1,24 @@
+"""A stand-in for the few ``torch`` calls the warm-up makes, so that its timing, failures and
+pacing can be tested with injected steps on a machine without a GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+
+def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
+    cuda = types.SimpleNamespace(
+        device_count=lambda: count,
+        current_device=lambda: current,
+        is_initialized=lambda: True,
+        device=lambda index: contextlib.nullcontext(),
+        synchronize=lambda index=None: None,
+        get_device_name=lambda index: "Fake GPU",
+        memory_reserved=lambda index: 64 << 20,
+        get_device_properties=lambda index: types.SimpleNamespace(),  # no uuid: NVML figure left out
+    )
+    return types.SimpleNamespace(
+        cuda=cuda,
+        random=types.SimpleNamespace(fork_rng=lambda devices: contextlib.nullcontext()),
+    )

@@ -1,0 +1,151 @@
+"""The background warm-up's scheduling, with injected steps (no GPU): a cell that starts waits for
+the step in flight and no step runs until the cell ends; a cell that waits for the warm-up lets it
+run; failures are kept in its report, never printed by the thread; unloading stops it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from support.ipython_shell import shell_with
+from support.waiting import wait_until
+from support.warmup_fakes import fake_cuda
+
+from jupyter_gpu import warmup
+from jupyter_gpu.kernel import warmup_background as background
+from jupyter_gpu.kernel import warmup_magic
+from jupyter_gpu.warmup_choice import Choice
+
+NEVER = 0.3  # seconds to watch for something that must not happen
+
+
+@pytest.fixture
+def shell() -> Iterator:
+    yield from shell_with(warmup_magic.register)
+    background.end()
+
+
+class Steps:
+    """Injected warm-up steps: ``slow`` runs until released; each records that it started."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *names: str, fail: str | None = None) -> None:
+        self.started: dict[str, threading.Event] = {n: threading.Event() for n in names}
+        self.release = threading.Event()
+        self.fail = fail
+        monkeypatch.setattr(
+            warmup.warmup_steps, "steps_for", lambda *args: [(n, self._action(n)) for n in names]
+        )
+
+    def _action(self, name: str) -> Callable[[], None]:
+        def run() -> None:
+            self.started[name].set()
+            if name == "slow":
+                assert self.release.wait(30), "the test never released the slow step"
+            if name == self.fail:
+                raise RuntimeError("no kernel image is available for execution on the device")
+
+        return run
+
+
+def work(pacer: warmup.Pacer | None) -> warmup.WarmupReport:
+    return warmup.WarmupReport([warmup.warm_device(fake_cuda(), 0, Choice(), pacer=pacer)])
+
+
+def in_thread(call: Callable[[], object]) -> threading.Event:
+    """Run ``call`` on a thread of its own (as the kernel's main thread would); set when it returns."""
+    returned = threading.Event()
+    threading.Thread(target=lambda: (call(), returned.set()), daemon=True).start()
+    return returned
+
+
+def test_a_cell_waits_for_the_step_in_flight_then_the_warmup_waits_for_the_cell(shell, monkeypatch):
+    steps = Steps(monkeypatch, "slow", "after")
+    runner = background.launch(shell, work)
+    assert steps.started["slow"].wait(10)
+    cell_started = in_thread(lambda: shell.events.trigger("pre_run_cell", None))
+    assert not cell_started.wait(NEVER)  # the cell waits for the step in flight...
+    steps.release.set()
+    assert cell_started.wait(10)  # ...only for it
+    assert not steps.started["after"].wait(NEVER)  # no step while the cell runs
+    wait_until("the warm-up to pause", lambda: "paused while a cell runs" in runner.status())
+    shell.events.trigger("post_run_cell", None)
+    assert steps.started["after"].wait(10)  # the cell ended: the warm-up goes on
+    wait_until("the warm-up to end", lambda: not runner.running)
+    assert [s.name for s in runner.report.sections[0].steps] == ["slow", "after"]
+    assert runner.report.notes[-1].startswith("ran in the background: ")
+
+
+def test_a_cell_that_waits_lets_it_finish_and_shows_its_report(shell, monkeypatch, capsys):
+    steps = Steps(monkeypatch, "first", "second")
+    shell.user_ns.update(launch=lambda: background.launch(shell, work), started=steps.started)
+    cell = shell.run_cell(
+        f"runner = launch()\n"
+        f"paused = not started['first'].wait({NEVER})  # started from this cell: waits for it\n"
+        "%gpu_warmup --wait --quiet\n"  # this cell waits for it: it runs on, no deadlock
+    )
+    assert cell.success and shell.user_ns["paused"]
+    assert capsys.readouterr().out.startswith("gpu_warmup: cuda:0 Fake GPU warm in ")
+    shell.run_line_magic("gpu_warmup", "--status")
+    assert "ended after" in capsys.readouterr().out
+
+
+def test_a_plain_gpu_warmup_during_a_background_one_waits_for_it(shell, monkeypatch, capsys):
+    steps = Steps(monkeypatch, "slow")
+    runner = background.launch(shell, work)
+    assert steps.started["slow"].wait(10)
+    shell.run_line_magic("gpu_warmup", "--status")
+    assert "now: slow" in capsys.readouterr().out
+    shell.run_line_magic("gpu_warmup", "--background")
+    assert "already running" in capsys.readouterr().out
+    threading.Timer(0.2, steps.release.set).start()
+    shell.run_line_magic("gpu_warmup", "--quiet")  # not a second warm-up: the report of this one
+    assert capsys.readouterr().out.startswith("gpu_warmup: cuda:0 Fake GPU warm in ")
+    assert not runner.running
+
+
+def test_failures_are_kept_in_the_report_and_never_printed(shell, monkeypatch, capsys):
+    hooked: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", hooked.append)
+    Steps(monkeypatch, "context", "matmul", "after", fail="matmul")
+    runner = background.launch(shell, work)
+    report = runner.wait()
+    failed = [s for s in report.sections[0].steps if s.error]
+    assert [s.name for s in failed] == ["matmul"] and "no kernel image" in failed[0].error
+    assert [s.name for s in report.sections[0].steps] == ["context", "matmul", "after"]
+    assert "1 failed: matmul" in runner.status()
+
+    def broken(pacer: warmup.Pacer | None) -> warmup.WarmupReport:
+        raise ImportError("libcudnn.so.9: cannot open shared object file")
+
+    report = background.launch(shell, broken).wait()
+    assert report.notes[0] == (
+        "the background warm-up failed: ImportError: libcudnn.so.9: cannot open shared object file"
+    )
+    assert "the background warm-up failed" in background.current().status()
+    assert capsys.readouterr() == ("", "") and not hooked
+
+
+def test_unloading_stops_it_between_steps(monkeypatch):
+    from support.ipython_shell import shared_shell
+
+    shell = shared_shell()
+    undo = warmup_magic.register(shell)
+    steps = Steps(monkeypatch, "slow", "never")
+    runner = background.launch(shell, work)
+    assert steps.started["slow"].wait(10)
+    unloaded = in_thread(undo)
+    assert not unloaded.wait(NEVER)  # unloading waits for the step in flight
+    steps.release.set()
+    assert unloaded.wait(10)
+    assert not runner.running and not steps.started["never"].is_set()
+    assert "stopped early" in " ".join(runner.report.notes)
+    assert runner.cell_starts not in shell.events.callbacks["pre_run_cell"]
+    assert runner.cell_ends not in shell.events.callbacks["post_run_cell"]
+    assert background.current() is None
+
+
+def test_status_and_wait_without_one(shell, capsys):
+    shell.run_line_magic("gpu_warmup", "--status")
+    shell.run_line_magic("gpu_warmup", "--wait")
+    assert capsys.readouterr().out.splitlines() == ["gpu_warmup: no background warm-up was started."] * 2
