@@ -115,8 +115,29 @@ def warm_device(
     models are built on the device, from the device's generator): a warm-up between a notebook's
     ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
     section = Section(f"cuda:{index}")
+    steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile)
+    _run_steps(torch, index, steps, section, pacer)
+    section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    reserved = torch.cuda.memory_reserved(index)
+    used = _process_memory(torch, index)
+    memory = f"allocator cache {format_bytes(reserved)}"
+    if used is not None:
+        memory += f"; this process holds {format_bytes(used)} on the GPU (CUDA context included)"
+    section.notes.append(memory)
+    first = _first_warmup_ms.get(index)
+    if first is None:
+        _first_warmup_ms[index] = section.total_ms
+    else:
+        section.notes.append(f"already warm: the first warm-up in this process took {first:,.0f} ms")
+    return section
+
+
+def _run_steps(
+    torch: Any, index: int, steps: list[tuple[str, Any]], section: Section, pacer: Pacer | None = None
+) -> None:
+    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures."""
     with torch.cuda.device(index):
-        for name, action in warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile):
+        for name, action in steps:
             if pacer is not None and not pacer.before(name):
                 section.notes.append(f"stopped before: {name}")
                 break
@@ -133,19 +154,21 @@ def warm_device(
                 pacer.after(section.steps[-1])
             if error and name == "context":
                 break
-    section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
-    reserved = torch.cuda.memory_reserved(index)
-    used = _process_memory(torch, index)
-    memory = f"allocator cache {format_bytes(reserved)}"
-    if used is not None:
-        memory += f"; this process holds {format_bytes(used)} on the GPU (CUDA context included)"
-    section.notes.append(memory)
-    first = _first_warmup_ms.get(index)
-    if first is None:
-        _first_warmup_ms[index] = section.total_ms
-    else:
-        section.notes.append(f"already warm: the first warm-up in this process took {first:,.0f} ms")
-    return section
+
+
+def warm_this_thread(report: WarmupReport, devices: list[int], choice: Choice | None) -> None:
+    """After a warm-up on another thread: the families whose state is per thread (cuDNN's handle,
+    its convolution and attention plans) again on this one, added to ``report``'s sections."""
+    import torch
+
+    for index, section in zip(devices, report.sections):
+        steps = warmup_steps.family_steps(
+            torch, index, choice or Choice.all(), warmup_steps.PER_THREAD_FAMILIES
+        )
+        labelled = [
+            (f"{name}, again on the kernel's main thread (cuDNN state is per thread)", a) for name, a in steps
+        ]
+        _run_steps(torch, index, labelled, section)
 
 
 def warm_up(

@@ -64,6 +64,7 @@ class Choice:
     modes: tuple[str, ...] = ("foreach",)
     grad_scaler: bool = False
     clip: bool = False
+    linears: tuple[tuple[int, int], ...] = ()  # nn.Linear(in, out) sizes written in the notebook
     everything: bool = False
     origins: tuple[str, ...] = field(default=(), compare=False)
     looked_at: tuple[str, ...] = field(default=(), compare=False)
@@ -101,6 +102,11 @@ class Choice:
             )
             return f"warming the basics (context, elementwise, fp32 matmul): {why}; --all for everything"
         what = [f for f in FAMILIES if f in self.families]
+        if self.linears and "linear" in what:
+            sizes = ", ".join(f"{i}x{o}" for i, o in self.linears[:4]) + (
+                ", ..." if len(self.linears) > 4 else ""
+            )
+            what[what.index("linear")] = f"linear ({sizes})"
         modes = f" ({', '.join(self.modes)})" if self.modes != ("foreach",) else ""
         what += [f"{name}{modes}" for name in self.optimizers]
         if self.optimizer_import and not self.optimizers:
@@ -122,6 +128,7 @@ def choose(sources: dict[str, str]) -> Choice:
     optimizers: set[str] = set()
     modes: set[str] = set()
     flags = {"import": False, "scaler": False, "clip": False}
+    linears: set[tuple[int, int]] = set()
     origins: list[str] = []
     for origin, text in sources.items():
         found = _read(text)
@@ -134,6 +141,7 @@ def choose(sources: dict[str, str]) -> Choice:
         flags["import"] |= bool(found["optimizers"] or found["other_optimizer"])
         flags["scaler"] |= bool(found["scaler"])
         flags["clip"] |= bool(found["clip"])
+        linears |= linear_sizes(text)
     return Choice(
         frozenset(families),
         tuple(d for d in DTYPES if d == "fp32" or d in dtypes),
@@ -142,9 +150,41 @@ def choose(sources: dict[str, str]) -> Choice:
         modes=tuple(m for m in MODES if m in modes) or ("foreach",),
         grad_scaler=flags["scaler"],
         clip=flags["clip"] and flags["import"],
+        linears=tuple(sorted(linears))[:MAX_LINEARS],
         origins=tuple(origins),
         looked_at=tuple(sources),
     )
+
+
+MAX_LINEARS = 32
+_LINEAR = re.compile(r"\bLinear\(\s*([\d\s*+]+?)\s*,\s*([\d\s*+]+?)\s*[,)]")
+
+
+def _size(expression: str) -> int | None:
+    """A size written as digits, products and sums (``128 * 256``), else None; computed term by
+    term with a bound, never evaluated as Python (``9**9**9`` is no size)."""
+    total = 0
+    for term in expression.split("+"):
+        product = 1
+        for factor in term.split("*"):
+            if not factor.strip().isdigit():
+                return None
+            product *= int(factor)
+            if product > 1 << 20:
+                return None
+        total += product
+    return total if 0 < total <= 1 << 20 else None
+
+
+def linear_sizes(text: str) -> set[tuple[int, int]]:
+    """``nn.Linear(in, out)`` sizes the source writes as numbers: cuBLAS picks its kernels by
+    shape, so warming these (rather than a list of common widths) loads what the model will."""
+    found = set()
+    for fan_in, fan_out in _LINEAR.findall(text):
+        sizes = (_size(fan_in), _size(fan_out))
+        if sizes[0] and sizes[1]:
+            found.add((sizes[0], sizes[1]))
+    return found
 
 
 def _read(text: str) -> dict[str, set[str]]:

@@ -39,6 +39,7 @@ class _Kit:
     torch: Any
     dev: Any
     halves: list[Any]  # the half dtypes to autocast to, as this GPU has them
+    linears: tuple[tuple[int, int], ...] = ()  # the notebook's own linear sizes, if it writes them
 
     def randn(self, *shape: int, dtype: Any = None) -> Any:
         return self.torch.randn(*shape, device=self.dev, dtype=dtype or self.torch.float32)
@@ -103,10 +104,12 @@ def _norms(kit: _Kit) -> None:
 def _linears(kit: _Kit) -> None:
     nn = kit.torch.nn
     for batch in (64, 256):
-        for fan_in, fan_out in _LINEARS:
+        for fan_in, fan_out in kit.linears or _LINEARS:
             layer = nn.Linear(fan_in, fan_out, device=kit.dev)
             head = nn.Linear(fan_out, 10, device=kit.dev) if fan_out != 10 else nn.Identity()
             kit.train(nn.Sequential(layer, nn.ReLU(), head), kit.randn(batch, fan_in), kit.labels(batch))
+    if kit.linears:
+        return  # the notebook's own layers: not the activations and norms of a made-up MLP
     mlp = nn.Sequential(
         nn.Linear(512, 512), nn.GELU(), nn.LayerNorm(512), nn.Dropout(0.1), nn.Tanh(), nn.Linear(512, 10)
     ).to(kit.dev)
@@ -203,15 +206,38 @@ _FAMILY_STEPS: tuple[tuple[str, str, Callable[[_Kit], None]], ...] = (
 )
 
 
-def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool) -> list[tuple[str, Action]]:
-    """The warm-up for one device, as (label, action) pairs; each action touches one family."""
-    dev = torch.device("cuda", index)
+# cuDNN keeps its handle per thread, and PyTorch its cuDNN convolution and attention plans in
+# thread-local caches: on an H200 the kernel's main thread paid 43 ms in its first cuDNN
+# attention call after a background thread had run the same one. These families are run again
+# on the main thread after a background warm-up.
+PER_THREAD_FAMILIES = frozenset({"conv", "norms", "transformer"})
+
+
+def _kit(torch: Any, index: int, choice: Choice) -> _Kit:
     has_bf16 = torch.cuda.get_device_capability(index)[0] >= 8
     named = {"bf16": torch.bfloat16 if has_bf16 else torch.float16, "fp16": torch.float16}
     halves = list(dict.fromkeys(named[d] for d in choice.dtypes if d != "fp32"))
-    kit = _Kit(torch, dev, halves)
+    return _Kit(torch, torch.device("cuda", index), halves, choice.linears)
+
+
+def family_steps(
+    torch: Any, index: int, choice: Choice, families: frozenset[str]
+) -> list[tuple[str, Action]]:
+    """The chosen layer families among ``families``, as (label, action) pairs."""
+    kit = _kit(torch, index, choice)
+    in_dtypes = f" ({', '.join(_name(d) for d in [torch.float32, *kit.halves])})"
+    return [
+        (label + in_dtypes, functools.partial(_on_device, run, kit))
+        for family, label, run in _FAMILY_STEPS
+        if family in choice.families and family in families
+    ]
+
+
+def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool) -> list[tuple[str, Action]]:
+    """The warm-up for one device, as (label, action) pairs; each action touches one family."""
+    kit = _kit(torch, index, choice)
+    dev, halves = kit.dev, kit.halves
     matmuls = list(dict.fromkeys([torch.float32, *halves, *([torch.float16] if choice.grad_scaler else [])]))
-    in_dtypes = f" ({', '.join(_name(d) for d in [torch.float32, *halves])})"
 
     def elementwise() -> None:
         x = kit.randn(1 << 16)
@@ -236,9 +262,7 @@ def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool)
         )
     if choice.grad_scaler:
         steps.append(("fp16 GradScaler step", functools.partial(_on_device, _grad_scaler, kit)))
-    for family, label, run in _FAMILY_STEPS:
-        if family in choice.families:
-            steps.append((label + in_dtypes, functools.partial(_on_device, run, kit)))
+    steps += family_steps(torch, index, choice, frozenset(choice.families))
     if nccl:
         steps.append(
             (

@@ -149,3 +149,57 @@ def test_status_and_wait_without_one(shell, capsys):
     shell.run_line_magic("gpu_warmup", "--status")
     shell.run_line_magic("gpu_warmup", "--wait")
     assert capsys.readouterr().out.splitlines() == ["gpu_warmup: no background warm-up was started."] * 2
+
+
+class MainThread:
+    """The kernel's event loop as the tests' own thread: callbacks queued from any thread, run
+    when the test says (as the loop runs them between messages), and where the finish ran."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.queued: list[Callable[[], None]] = []
+        self.finished_on: list[threading.Thread] = []
+        monkeypatch.setattr(background, "main_thread_schedule", lambda shell: self.queued.append)
+
+    def finish(self, report: warmup.WarmupReport) -> None:
+        self.finished_on.append(threading.current_thread())
+        report.notes.append("cuDNN's state warmed on this thread")
+
+    def run_queued(self) -> None:
+        while self.queued:
+            self.queued.pop(0)()
+
+
+def test_what_cudnn_keeps_per_thread_is_warmed_on_the_main_thread_when_idle(shell, monkeypatch):
+    Steps(monkeypatch, "conv")
+    loop = MainThread(monkeypatch)
+    runner = background.launch(shell, work, loop.finish)
+    wait_until("the thread to hand over to the main thread", lambda: loop.queued)
+    assert runner.running and "when no cell runs" in runner.status()
+    loop.run_queued()
+    assert loop.finished_on == [threading.current_thread()]
+    assert not runner.running and "cuDNN's state warmed on this thread" in runner.report.notes
+
+
+def test_a_cell_that_starts_first_gets_the_main_threads_part_before_it_runs(shell, monkeypatch):
+    Steps(monkeypatch, "conv")
+    loop = MainThread(monkeypatch)
+    runner = background.launch(shell, work, loop.finish)
+    wait_until("the thread to hand over to the main thread", lambda: loop.queued)
+    shell.events.trigger("pre_run_cell", None)  # before the loop got to it
+    assert loop.finished_on == [threading.current_thread()] and not runner.running
+    loop.run_queued()  # the loop's turn comes later: nothing runs twice
+    shell.events.trigger("post_run_cell", None)
+    assert len(loop.finished_on) == 1
+
+
+def test_a_wait_runs_the_main_threads_part_and_a_stop_skips_it(shell, monkeypatch):
+    Steps(monkeypatch, "conv")
+    loop = MainThread(monkeypatch)
+    report = background.launch(shell, work, loop.finish).wait()
+    assert loop.finished_on == [threading.current_thread()]
+    assert "cuDNN's state warmed on this thread" in report.notes
+    runner = background.launch(shell, work, loop.finish)
+    wait_until("the thread to hand over to the main thread", lambda: loop.queued)
+    background.end()
+    assert len(loop.finished_on) == 1 and not runner.running
+    assert "its part on the main thread did not run: stopped first" in runner.report.notes

@@ -31,9 +31,24 @@ def test_a_cnn_notebook_warms_conv_norms_linear_and_sgd_in_fp32():
     assert choice.families == {"conv", "norms", "linear"}
     assert (choice.dtypes, choice.optimizers, choice.modes) == (("fp32",), ("SGD",), ("foreach",))
     assert choice.optimizer_import and not choice.grad_scaler
+    assert choice.linears == ((32768, 10),)  # 32 * 32 * 32, as written
     assert choice.describe() == (
-        "warming conv, norms, linear, SGD in fp32: named in finetune.ipynb; --all for everything"
+        "warming conv, norms, linear (32768x10), SGD in fp32: named in finetune.ipynb; --all for everything"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes"),
+    [
+        ("nn.Linear(784, 512), nn.Linear(512, 10, bias=False)", ((512, 10), (784, 512))),
+        ("nn.Linear(4096 + 4096, 2)", ((8192, 2),)),
+        ("nn.Linear(hidden, 10)", ()),  # a name: the common widths instead
+        ("nn.Linear(9**9**9, 3)", ()),  # never evaluated: no size
+        ("nn.Linear(2097152, 3)", ()),  # beyond any first notebook's layer: not warmed
+    ],
+)
+def test_linear_sizes_written_as_numbers_are_warmed_as_written(text, sizes):
+    assert choose({"a.ipynb": text}).linears == sizes
 
 
 def test_a_transformer_under_amp_warms_bf16_and_the_fused_optimizer_as_named():

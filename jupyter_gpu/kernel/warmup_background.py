@@ -7,6 +7,12 @@ the random number generators to itself, and nothing it does can deadlock with th
 never waits for the kernel. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
 on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
 printed by the thread (it would land in whatever cell runs then).
+
+What cuDNN keeps per thread (its handle, PyTorch's convolution and attention plans) a thread
+cannot warm for the kernel's main thread, which runs the cells: on an H200 the first step of a
+transformer after a warm-up on another thread took 48 ms instead of 5. So when the thread is done,
+its ``finish`` runs those families on the main thread: from the kernel's event loop while no cell
+runs, or at the next cell's start, or in ``--wait``, whichever comes first.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from ..warmup import Pacer, Step, WarmupReport
 
 Work = Callable[[Pacer], WarmupReport]
+Finish = Callable[[WarmupReport], None]  # the main thread's part, added to the report
+Schedule = Callable[[Callable[[], None]], None]  # runs a callback on the main thread when idle
 STEP_WAIT_S = 120.0  # the longest a starting cell waits for the step in flight (never forever)
 STOP_WAIT_S = 30.0  # the longest unloading waits for the step in flight
 
@@ -32,8 +40,13 @@ class BackgroundWarmup:
     before each step. ``cell_running``: whether a cell is running as it starts (then the first
     step waits for that cell to end)."""
 
-    def __init__(self, work: Work, cell_running: bool) -> None:
+    def __init__(
+        self, work: Work, cell_running: bool, finish: Finish | None = None, schedule: Schedule | None = None
+    ) -> None:
         self._work = work
+        self._finish = finish
+        self._schedule = schedule
+        self._pending: WarmupReport | None = None  # the thread's report, awaiting the main thread's part
         self._cond = threading.Condition()
         self._cell_running = cell_running
         self._waiters = 0
@@ -80,12 +93,31 @@ class BackgroundWarmup:
                 while self._in_flight and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
             except KeyboardInterrupt:  # the user interrupted the wait: run the cell now
-                pass
+                return
+        self._finish_now()  # the thread is done: its per-thread part, before the cell needs it
 
     def cell_ends(self, result: Any = None) -> None:
         with self._cond:
             self._cell_running = False
             self._cond.notify_all()
+            pending = self._pending is not None
+        if pending and self._schedule is not None:
+            self._schedule(self._finish_now)
+
+    def _finish_now(self) -> None:
+        """The main thread's part, once: from the kernel's event loop between messages, from a
+        starting cell or from ``--wait`` (never from the warm-up's thread)."""
+        with self._cond:
+            report, self._pending = self._pending, None
+        if report is None:
+            return
+        try:
+            assert self._finish is not None  # only a runner with one keeps a report pending
+            self._finish(report)
+        except BaseException as error:  # an interrupt included: kept in the report, never raised here
+            report.notes.append(f"its part on the main thread failed: {type(error).__name__}: {error}")
+        with self._cond:
+            self._end(report)
 
     # -- the thread ------------------------------------------------------------------------------
 
@@ -95,15 +127,25 @@ class BackgroundWarmup:
         except BaseException as error:  # kept for the report: a traceback would land in a random cell
             report = WarmupReport([], [f"the background warm-up failed: {type(error).__name__}: {error}"])
         with self._cond:
-            self.ended = time.monotonic()
-            if self._stopping:
-                report.notes.append("stopped early: the extension was unloaded or the kernel shut down")
-            report.notes.append(
-                f"ran in the background: {self.ended - self.started:,.1f} s from start to end, "
-                f"{self.paused_s:,.1f} s of it paused while cells ran"
-            )
-            self.report = report
-            self._cond.notify_all()
+            if self._finish is None or self._stopping or not report.sections:
+                self._end(report)
+                return
+            self._pending = report
+            idle = not self._cell_running
+        if idle and self._schedule is not None:
+            self._schedule(self._finish_now)
+
+    def _end(self, report: WarmupReport) -> None:
+        """Under the lock: the report is final."""
+        self.ended = time.monotonic()
+        if self._stopping:
+            report.notes.append("stopped early: the extension was unloaded or the kernel shut down")
+        report.notes.append(
+            f"ran in the background: {self.ended - self.started:,.1f} s from start to end, "
+            f"{self.paused_s:,.1f} s of it paused while cells ran"
+        )
+        self.report = report
+        self._cond.notify_all()
 
     # -- what the magic asks ---------------------------------------------------------------------
 
@@ -122,7 +164,8 @@ class BackgroundWarmup:
         finally:
             with self._cond:
                 self._waiters -= 1
-        assert self.report is not None  # the thread sets it before it ends
+        self._finish_now()  # called from a cell: this is the main thread
+        assert self.report is not None  # set by the thread, or by the main thread's part
         return self.report
 
     def stop(self) -> None:
@@ -133,6 +176,11 @@ class BackgroundWarmup:
             self._cond.notify_all()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT_S)
+        with self._cond:
+            if self._pending is not None:
+                report, self._pending = self._pending, None
+                report.notes.append("its part on the main thread did not run: stopped first")
+                self._end(report)
 
     def status(self) -> str:
         """One line: how far it has got, or how it ended."""
@@ -145,6 +193,11 @@ class BackgroundWarmup:
                     f"gpu_warmup: the background warm-up ended after {self.ended - self.started:,.1f} s, "
                     f"{len(self.done)} steps run{failures}{'; ' if problems else ''}{'; '.join(problems)}. "
                     "%gpu_warmup --wait shows its report."
+                )
+            if self._pending is not None:
+                return (
+                    f"gpu_warmup: the background thread is done ({len(self.done)} steps{failures}); what cuDNN "
+                    "keeps per thread is warmed on the kernel's main thread when no cell runs."
                 )
             now = ", ".join(self._in_flight.values())
             where = f"now: {now}" if now else "paused while a cell runs"
@@ -168,11 +221,18 @@ def cell_is_running(ipython: InteractiveShell) -> bool:
     return getattr(ipython.displayhook, "exec_result", None) is not None
 
 
-def launch(ipython: InteractiveShell, work: Work) -> BackgroundWarmup:
+def main_thread_schedule(ipython: InteractiveShell) -> Schedule | None:
+    """The kernel's event loop, which runs callbacks on the main thread between messages
+    (tornado's ``add_callback`` may be called from any thread); None outside a kernel."""
+    loop = getattr(getattr(ipython, "kernel", None), "io_loop", None)
+    return getattr(loop, "add_callback", None)
+
+
+def launch(ipython: InteractiveShell, work: Work, finish: Finish | None = None) -> BackgroundWarmup:
     """Start a background warm-up, replacing a finished one; the caller checks none is running."""
     global _current, _undo_current
     end()
-    runner = BackgroundWarmup(work, cell_is_running(ipython))
+    runner = BackgroundWarmup(work, cell_is_running(ipython), finish, main_thread_schedule(ipython))
     ipython.events.register("pre_run_cell", runner.cell_starts)
     ipython.events.register("post_run_cell", runner.cell_ends)
 

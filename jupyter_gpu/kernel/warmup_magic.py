@@ -15,7 +15,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..doctor import no_gpu_reason
-from ..warmup import Pacer, Section, Step, WarmupReport, parse_devices, warm_up
+from ..warmup import Pacer, Section, Step, WarmupReport, parse_devices, warm_this_thread, warm_up
 from ..warmup_choice import Choice, choose
 from . import warmup_background as background
 from .cellexec import run_source
@@ -39,24 +39,34 @@ def _parse_devices(text: str | None, torch: Any) -> list[int]:
         raise UsageError(f"{error} (this kernel sees {count} GPU{'s' if count != 1 else ''}).") from None
 
 
-def _work(
-    ipython: InteractiveShell, devices: list[int], choice: Choice | None, nccl: bool, compile: bool
-) -> Callable[[Pacer | None], WarmupReport]:
+class _Work:
     """The warm-up, now or on the background thread: without a choice, it first reads what the
-    notebook uses (in the background, between cells, like its steps)."""
+    notebook uses (in the background, between cells, like its steps). After a background run,
+    ``finish`` runs on the kernel's main thread what cuDNN keeps per thread."""
 
-    def work(pacer: Pacer | None) -> WarmupReport:
-        chosen = choice
-        if chosen is None:
+    def __init__(
+        self, ipython: InteractiveShell, devices: list[int], choice: Choice | None, nccl: bool, compile: bool
+    ) -> None:
+        self.ipython, self.devices, self.choice, self.nccl, self.compile = (
+            ipython,
+            devices,
+            choice,
+            nccl,
+            compile,
+        )
+
+    def __call__(self, pacer: Pacer | None) -> WarmupReport:
+        if self.choice is None:
             if pacer is not None and not pacer.before(READING):
                 return WarmupReport([], ["stopped before it began"])
             start = time.perf_counter()
-            chosen = choose(sources(ipython))
+            self.choice = choose(sources(self.ipython))
             if pacer is not None:
                 pacer.after(Step(READING, (time.perf_counter() - start) * 1e3))
-        return warm_up(devices, chosen, nccl=nccl, compile=compile, pacer=pacer)
+        return warm_up(self.devices, self.choice, nccl=self.nccl, compile=self.compile, pacer=pacer)
 
-    return work
+    def finish(self, report: WarmupReport) -> None:
+        warm_this_thread(report, self.devices, self.choice)
 
 
 def _show(report: WarmupReport, quiet: bool) -> None:
@@ -143,9 +153,9 @@ class WarmupMagics(ShellMagics):
         if cell is not None:
             _show(WarmupReport([self._time_cell(torch, cell, devices, args.repeat)]), args.quiet)
             return
-        work = _work(self.ipython, devices, Choice.all() if args.all else None, args.nccl, args.compile)
+        work = _Work(self.ipython, devices, Choice.all() if args.all else None, args.nccl, args.compile)
         if args.background:
-            background.launch(self.ipython, work)
+            background.launch(self.ipython, work, work.finish)
             print(
                 "gpu_warmup: warming in the background; a cell waits at most for the step in flight. "
                 "%gpu_warmup --status says how far it is, --wait shows its report."
@@ -181,7 +191,8 @@ def warm_after_torch_import(ipython: InteractiveShell) -> Callable[[], None]:
             if reason is None:
                 import torch
 
-                background.launch(ipython, _work(ipython, _parse_devices(None, torch), None, False, False))
+                work = _Work(ipython, _parse_devices(None, torch), None, False, False)
+                background.launch(ipython, work, work.finish)
                 return
             background.not_started = f"no background warm-up: {reason}"
         except Exception as error:  # the user's import cell must not show a traceback of ours
