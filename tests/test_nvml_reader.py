@@ -30,6 +30,23 @@ def test_an_old_drivers_memory_info_v1_is_found_once_and_remembered(nvml):
     assert reader.is_open  # a missing newer version is no reason to give NVML up
 
 
+def test_a_field_a_gpu_does_not_support_is_asked_once_per_session(nvml):
+    """An H200 answers fan speed "not supported", slowly (0.1-0.4 ms): most of the fast read."""
+    nvml.fail("nvmlDeviceGetFanSpeed", pynvml.NVML_ERROR_NOT_SUPPORTED, device=0)
+    nvml.fail("nvmlDeviceGetTemperature", pynvml.NVML_ERROR_UNKNOWN, device=0)  # not an answer for good
+    reader = opened(nvml)
+    for _ in range(3):
+        values, unsupported = reader.fast(0)
+        assert values["fan_speed_percent"] is None
+        assert unsupported["fan_speed_percent"] == "not supported on this GPU"
+        assert values["temperature_celsius"] is None
+    assert nvml.calls["nvmlDeviceGetFanSpeed"] == 1
+    assert nvml.calls["nvmlDeviceGetTemperature"] == 3
+    reader.forget(0)  # a GPU that was lost and found again is asked afresh
+    reader.fast(0)
+    assert nvml.calls["nvmlDeviceGetFanSpeed"] == 2
+
+
 def test_process_list_v2_when_v3_is_missing(nvml):
     nvml.fail("nvmlDeviceGetComputeRunningProcesses", pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     reader = opened(nvml)

@@ -213,24 +213,36 @@ class NvmlReader(NvmlSession):
             unsupported,
             "temperature_celsius",
             lambda: nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            device=index,
         )
-        self._field(values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), milli)
         self._field(
-            values, unsupported, "clock_throttle_reasons", lambda: self._throttle_mask(h), clock_reasons
+            values, unsupported, "power_watts", lambda: nvml.nvmlDeviceGetPowerUsage(h), milli, device=index
+        )
+        self._field(
+            values,
+            unsupported,
+            "clock_throttle_reasons",
+            lambda: self._throttle_mask(h),
+            clock_reasons,
+            device=index,
         )
         self._field(
             values,
             unsupported,
             "clock_sm_mhz",
             lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            device=index,
         )
         self._field(
             values,
             unsupported,
             "clock_mem_mhz",
             lambda: nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            device=index,
         )
-        self._field(values, unsupported, "fan_speed_percent", lambda: nvml.nvmlDeviceGetFanSpeed(h))
+        self._field(
+            values, unsupported, "fan_speed_percent", lambda: nvml.nvmlDeviceGetFanSpeed(h), device=index
+        )
         self._activity(index, h, values, unsupported)
         if self._children.get(index):  # each process counts on the MIG device it runs on
             values["processes"] = None
@@ -259,7 +271,12 @@ class NvmlReader(NvmlSession):
                 lambda kib: kib * 1024,
             )
         self._field(
-            values, unsupported, "energy_joules", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h), milli
+            values,
+            unsupported,
+            "energy_joules",
+            lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h),
+            milli,
+            device=index,
         )
         self._field_values(h, values, unsupported)
         return values, unsupported

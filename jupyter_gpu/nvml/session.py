@@ -46,6 +46,9 @@ class NvmlSession:
         self._handles: dict[int, Any] = {}
         self._slots: dict[int, mig.Slot] = {}  # index of a MIG device -> where it is
         self._versions: dict[str, str] = {}  # versioned call -> the version this driver answers
+        # (device index, field) -> why not: NVML's "not supported" is the device's answer for good,
+        # and some are slow to give it (an H200's fan speed: 0.1-0.4 ms each time)
+        self._not_supported: dict[tuple[int, str], str] = {}
         self.is_open = False
 
     @property
@@ -69,6 +72,7 @@ class NvmlSession:
 
     def close(self) -> None:
         self._handles.clear()
+        self._not_supported.clear()
         if self.is_open:
             self.is_open = False
             try:
@@ -79,6 +83,7 @@ class NvmlSession:
     def forget(self, index: int) -> None:
         """Drop a cached handle so that the next read looks the device up again."""
         self._handles.pop(index, None)
+        self._not_supported = {k: v for k, v in self._not_supported.items() if k[0] != index}
 
     def _handle(self, index: int) -> Any:
         if index not in self._handles:
@@ -123,13 +128,23 @@ class NvmlSession:
         name: str,
         call: Callable[[], Any],
         convert: Callable[[Any], Any] = lambda v: v,
+        device: int | None = None,
     ) -> None:
+        """``values[name]`` from ``call``, or None and why in ``unsupported``; with ``device``, a
+        field that device does not support is not asked again this session."""
+        known = None if device is None else self._not_supported.get((device, name))
+        if known is not None:
+            values[name] = None
+            unsupported[name] = known
+            return
         try:
             values[name] = convert(call())
         except pynvml.NVMLError as error:
             self._raise_state(error)
             values[name] = None
             unsupported[name] = field_reason(error)
+            if device is not None and code_of(error) == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                self._not_supported[(device, name)] = unsupported[name]
 
     def _raise_state(self, error: pynvml.NVMLError) -> None:
         code = code_of(error)
