@@ -5,6 +5,7 @@ cells as the kernel reads them, within bounds."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -150,6 +151,8 @@ def test_the_notebooks_code_cells_are_read_and_bad_files_give_nothing(tmp_path, 
     (tmp_path / "broken.ipynb").write_text('{"cells": [')
     assert warmup_sources.notebook_code(tmp_path / "broken.ipynb") == ""
     assert warmup_sources.notebook_code(tmp_path / "missing.ipynb") == ""
+    os.mkfifo(tmp_path / "fifo.ipynb")  # no writer: reading it would block the warm-up for good
+    assert warmup_sources.notebook_code(tmp_path / "fifo.ipynb") == ""
     monkeypatch.setattr(warmup_sources, "MAX_NOTEBOOK_BYTES", 10)
     assert warmup_sources.notebook_code(good) == ""  # too large: left out, not read
 

@@ -9,6 +9,7 @@ is too large, unreadable or not JSON is left out, and the choice says what was l
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,9 @@ def _notebook_path(ipython: Any) -> Path | None:
 def notebook_code(path: Path) -> str:
     """The notebook's code cells, joined; '' when it cannot be read within the bounds."""
     try:
-        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-            return ""
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_NOTEBOOK_BYTES:
+            return ""  # a FIFO or device named .ipynb would block the read or never end
         import nbformat
 
         notebook = nbformat.read(path, as_version=4)
