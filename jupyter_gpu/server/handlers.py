@@ -21,7 +21,7 @@ from .actions import ActionRefused, free_cache
 from .host import host_reply
 from .kernels import kernel_model
 from .notices import BadNotice, parse
-from .telemetry import devices_payload, telemetry_json, telemetry_rest
+from .telemetry import devices_payload, telemetry_fields, telemetry_json
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -135,18 +135,18 @@ class TelemetryHandler(GPUHandler):
         )
 
     async def _send_full(self, history: list[Sample]) -> None:
-        """A page load's reply: the history thinned, encoded and gzipped once per sample."""
+        """A page load's reply: the history thinned, encoded and gzipped once per sample; the
+        latest sample is the history's newest."""
         sampler = self.monitor.sampler
-        rest = telemetry_rest(
+        fields = telemetry_fields(
             sampler.status,
-            sampler.latest(),
             simulated=self.monitor.simulated,
             interval=sampler.interval,
             now=time.time(),
             owners=self.monitor.owners.reply(),
         )
         gzipped = "gzip" in self.request.headers.get("Accept-Encoding", "")
-        body = await self.monitor.full_history.reply(history, rest, gzip=gzipped)
+        body = await self.monitor.full_history.reply(history, fields, gzip=gzipped)
         self.set_header("Cache-Control", "no-store")
         if gzipped:
             self.set_header("Content-Encoding", "gzip")
