@@ -3,10 +3,10 @@
 A workshop's page loads land together, each asking for an hour's history of 8 GPUs. The history is
 thinned in blocks of a minute (analysis/history_thinning.py), and each block is encoded and
 deflated once and kept: the newest as its samples arrive (its compressor left open), an older one
-when it is thinned or becomes the oldest. Each block's deflate stream ends byte-aligned (a sync
-flush) and starts without reference to the one before, so the blocks join into one gzip member: a
-new sample costs its own compression and a check of the checksum (zlib, off the GIL, on a thread),
-and each request only deflates its own few fields (``now``, ``owners``) after the shared part.
+again only when it is thinned or becomes the first. Each block's deflate stream ends byte-aligned
+(a sync flush), so the blocks join into one gzip member whose checksum is combined from theirs: a
+new sample costs its own compression (zlib, off the GIL, on a thread), and a request only
+deflates its own few fields (``now``, ``owners``) after the shared bytes.
 """
 
 from __future__ import annotations
@@ -50,17 +50,20 @@ class _Block:
     newest of each bucket, when ``thinned``). The first block opens the reply; the others start
     with a comma, and their compressor starts from ``before`` (``None`` for the first), the last
     32 KiB of the block before (deflate's window: what precedes it in the reply), as pigz does, so
-    that blocks compress as well as one stream would. A sample whose process lists are those of the kept sample before it
-    in the block leaves them out (the frontend carries them forward: shape.ts fillProcesses); a
-    block's first keeps them, so that what a block sends never depends on the block before.
+    that blocks compress as well as one stream would. A sample whose process lists are those of
+    the kept sample before it in the reply leaves them out (the frontend carries them forward:
+    shape.ts fillProcesses): ``prior`` is that of the block before's last.
     """
 
-    def __init__(self, number: int, span: Sequence[Sample], thinned: bool, before: bytes | None) -> None:
+    def __init__(
+        self, number: int, span: Sequence[Sample], thinned: bool, before: bytes | None, prior: str | None
+    ) -> None:
         self.number = number
         self.span: list[Sample] = []
         self.kept: list[Sample] = []
         self.thinned = thinned
         self.before = before
+        self.prior = prior
         self.raw: list[bytes] = []
         self.crc = 0  # CRC-32 and length of the raw pieces
         self.length = 0
@@ -74,10 +77,10 @@ class _Block:
         self._ending: bytes | None = None
         self.add(span)
 
-    def reuse(self, span: Sequence[Sample], thinned: bool, before: bytes | None) -> bool:
+    def reuse(self, span: Sequence[Sample], thinned: bool, before: bytes | None, prior: str | None) -> bool:
         """Take the block's samples as they are now, if that leaves what it sends as it is, or
         only adds newer samples to its end; False if it has to be encoded anew."""
-        if self.thinned != thinned or self.before != before:
+        if self.thinned != thinned or self.before != before or self.prior != prior:
             return False
         if _same(self.span, span):
             return True
@@ -98,8 +101,7 @@ class _Block:
         self.span += span
         for i in _kept_indices(span) if self.thinned else range(len(span)):
             sample = span[i]
-            before = self.kept[-1] if self.kept else None
-            repeat = before is not None and before.processes_key == sample.processes_key
+            repeat = sample.processes_key == (self.kept[-1].processes_key if self.kept else self.prior)
             lead = "," if self.kept or self.before is not None else _OPEN
             piece = f"{lead}{sample.json_lean if repeat else sample.json_history}".encode()
             self.raw.append(piece)
@@ -205,9 +207,10 @@ class Encoder:
             # the second block starts afresh: the first changes every few seconds (its oldest
             # samples leave the history), and a block starting from it would be encoded anew
             before = new[-1].ending() if len(new) > 1 else b"" if new else None
+            prior = new[-1].kept[-1].processes_key if new else None
             block = old.get(number)
-            if block is None or not block.reuse(span, thinned, before):
-                block = _Block(number, span, thinned, before)
+            if block is None or not block.reuse(span, thinned, before, prior):
+                block = _Block(number, span, thinned, before, prior)
             new.append(block)
         for block in new[:-1]:
             block.close()  # closed blocks' pieces never change: a Prefix shares them

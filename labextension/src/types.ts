@@ -208,7 +208,7 @@ export interface TelemetryReply {
    */
   latest: Sample | null;
   /**
-   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples before the minute that holds the time 10 minutes before the newest (minutes aligned to the Unix epoch) are thinned to one per 3 seconds (the newest of each), and a sample whose process lists are those of the sample before it in the reply, in the same minute, leaves `processes` out.
+   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples before the minute that holds the time 10 minutes before the newest (minutes aligned to the Unix epoch) are thinned to one per 3 seconds (the newest of each), and a sample whose process lists are those of the sample before it in the reply leaves `processes` out.
    */
   history: Sample[];
 }
@@ -386,7 +386,7 @@ export interface GpuSample {
    */
   remapped_rows_failed?: boolean | null;
   /**
-   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them, and on a GPU whose MIG devices list them. Left out in a full history's sample whose lists repeat the sample before it in the same minute (the same as there).
+   * Compute processes on this GPU (in `history`, the 32 largest). Null when NVML could not list them, and on a GPU whose MIG devices list them. Left out in a full history's sample whose lists repeat the sample before it (the same as there).
    */
   processes?: GpuProcess[] | null;
   unsupported: Unsupported;
