@@ -15,7 +15,7 @@ from typing import Any, cast
 from jupyter_gpu.analysis.crc32 import crc32_combine
 from jupyter_gpu.analysis.history_thinning import thin
 from jupyter_gpu.server.full_history import Encoder, FullHistory
-from jupyter_gpu.server.sampler import Sample
+from jupyter_gpu.server.sampler import Sample, Sampler
 
 FIELDS = '"now": 1.5}'
 START = 1_764_460_800.37  # not on a minute: blocks start mid-history
@@ -85,15 +85,28 @@ def test_replies_built_at_once_on_threads_each_hold_exactly_their_history():
 
 
 async def test_a_sample_that_comes_while_a_reply_is_built_gets_a_reply_of_its_own():
-    full = FullHistory()
-    older, newer = HISTORY[:WINDOW], HISTORY[1 : WINDOW + 1]
-    first = asyncio.ensure_future(full.reply(older, FIELDS, gzip=True))
-    await asyncio.sleep(0)  # the first reply's encoding has started on a thread
-    bodies = await asyncio.gather(
-        first, full.reply(newer, FIELDS, gzip=True), full.reply(newer, FIELDS, gzip=False)
+    sampler = Sampler(
+        cast("Any", None), interval=1.0, slow_interval=5.0, history_seconds=WINDOW, retry_interval=1.0
     )
-    assert json.loads(gzip.decompress(bodies[0])) == _fresh(older)
-    assert json.loads(gzip.decompress(bodies[1])) == json.loads(bodies[2]) == _fresh(newer)
+    sampler._history.extend(HISTORY[:WINDOW])  # as the sampler's thread appends, under its lock
+    full = FullHistory()
+    first = asyncio.ensure_future(full.reply(sampler, FIELDS, gzip=True))
+    await asyncio.sleep(0)  # the first reply's encoding has started on a thread
+    with sampler._lock:
+        sampler._history.append(HISTORY[WINDOW])  # the oldest leaves
+    bodies = await asyncio.gather(
+        first, full.reply(sampler, FIELDS, gzip=True), full.reply(sampler, FIELDS, gzip=False)
+    )
+    assert json.loads(gzip.decompress(bodies[0])) == _fresh(HISTORY[:WINDOW])
+    newer = _fresh(HISTORY[1 : WINDOW + 1])
+    assert json.loads(gzip.decompress(bodies[1])) == json.loads(bodies[2]) == newer
+
+    # while the history holds still, requests share the bytes encoded for it: nothing is encoded
+    encoded = []
+    encode = full._encoder.prefix
+    full._encoder.prefix = lambda samples: encoded.append(samples) or encode(samples)  # type: ignore[method-assign]
+    assert await full.reply(sampler, FIELDS, gzip=True) == bodies[1]
+    assert encoded == []
 
 
 def test_crc32_combine_is_the_crc_of_the_joined_bytes():

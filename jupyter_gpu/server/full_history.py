@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..analysis.crc32 import crc32_combine
 from ..analysis.history_thinning import block_of, blocks, newest_per_bucket
-from .sampler import Sample
+from .sampler import Sample, Sampler
 
 GZIP_LEVEL = 6
 _RAW = -zlib.MAX_WBITS  # raw deflate: the pieces are joined under one gzip header
@@ -32,10 +32,17 @@ _OPEN = '{"history": ['
 _WINDOW = 1 << zlib.MAX_WBITS  # how far back deflate looks
 
 
-def _deflate(data: bytes, *, final: bool = False) -> bytes:
-    """``data`` as a raw deflate piece of its own: ending byte-aligned, or the stream's end."""
+def _deflate(data: bytes) -> bytes:
+    """``data`` as a raw deflate piece of its own, ending byte-aligned."""
     compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
-    return compressor.compress(data) + compressor.flush(zlib.Z_FINISH if final else zlib.Z_SYNC_FLUSH)
+    return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _deflate_end(data: bytes) -> bytes:
+    """``data`` (a request's few hundred bytes) as the stream's last piece: a compressor with a
+    small window and little memory costs microseconds to set up where a full one costs 50."""
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -9, 1)
+    return compressor.compress(data) + compressor.flush(zlib.Z_FINISH)
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -169,7 +176,7 @@ class Prefix:
         """A gzip member of this prefix and then ``tail``."""
         crc = zlib.crc32(tail, self.crc)
         trailer = struct.pack("<II", crc, (self.length + len(tail)) & 0xFFFFFFFF)
-        return b"".join((_GZIP_HEADER, self.deflated, _deflate(tail, final=True), trailer))
+        return b"".join((_GZIP_HEADER, self.deflated, _deflate_end(tail), trailer))
 
     def plain(self, tail: bytes) -> bytes:
         return b"".join(itertools.chain(*self.raw, (tail,)))
@@ -235,6 +242,13 @@ class Encoder:
         return crc, first.length + middle_length + newest.length
 
 
+def _unchanged(ends: tuple[Sample, Sample, int] | None, key: tuple[Sample, Sample, int] | None) -> bool:
+    """The same history: the same oldest and newest sample objects, as many in between."""
+    return (
+        ends is not None and key is not None and ends[0] is key[0] and ends[1] is key[1] and ends[2] == key[2]
+    )
+
+
 class FullHistory:
     """The prefix of the sampler's current history, shared by every request until the next sample."""
 
@@ -243,14 +257,14 @@ class FullHistory:
         self._key: tuple[Sample, Sample, int] | None = None
         self._prefix: asyncio.Future[Prefix] | None = None
 
-    async def reply(self, samples: Sequence[Sample], fields: str, *, gzip: bool) -> bytes:
-        """The reply's body: the shared history and latest sample, then ``fields`` (the others, as
-        JSON after a ``{``'s place, closing brace included); gzipped when ``gzip``."""
-        key = (samples[0], samples[-1], len(samples))
-        if self._prefix is None or self._key is None or not _same(key, self._key):
-            self._key = key
+    async def reply(self, sampler: Sampler, fields: str, *, gzip: bool) -> bytes:
+        """The reply's body: the sampler's history and latest sample (it has one), then ``fields``
+        (the others, as JSON after a comma, closing brace included); gzipped when ``gzip``."""
+        if self._prefix is None or not _unchanged(sampler.history_ends(), self._key):
+            samples = sampler.since(None)
+            self._key = (samples[0], samples[-1], len(samples))
             loop = asyncio.get_running_loop()
-            self._prefix = loop.run_in_executor(None, self._encoder.prefix, list(samples))
+            self._prefix = loop.run_in_executor(None, self._encoder.prefix, samples)
         future = self._prefix
         try:
             prefix = await future
