@@ -55,11 +55,12 @@ class _Block:
 
     ``span`` is every sample of the history in the block, ``kept`` those the reply sends (the
     newest of each bucket, when ``thinned``). The first block opens the reply; the others start
-    with a comma, and their compressor starts from ``before`` (``None`` for the first, empty for
-    the second, whose block before changes every few seconds), the last 32 KiB of the block before (deflate's window: what precedes it in the reply), as pigz does, so
-    that blocks compress as well as one stream would. A sample whose process lists are those of
-    the kept sample before it in the reply leaves them out (the frontend carries them forward:
-    shape.ts fillProcesses): ``prior`` is that of the block before's last.
+    with a comma, and their compressor starts from ``before``: the last 32 KiB of the block before
+    (deflate's window: what precedes it in the reply), as pigz does, so that blocks compress as
+    well as one stream would (``None`` for the first block; empty for the second, whose block
+    before changes every few seconds). A sample whose process lists are those of the kept sample
+    before it in the reply leaves them out (the frontend carries them forward: shape.ts
+    fillProcesses): ``prior`` is that of the block before's last.
     """
 
     def __init__(
