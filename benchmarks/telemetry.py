@@ -139,7 +139,10 @@ class Server:
         Path(self.dir.name, "jupyter_server_config.json").write_text(json.dumps(config))
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            # an older checkout on PYTHONPATH is the jupyter_gpu measured (before this one's)
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(HERE), os.environ.get("PYTHONPATH", ""), str(ROOT)) if p
+            ),
             "JUPYTER_CONFIG_DIR": self.dir.name,
         }
         self.proc = subprocess.Popen(
@@ -154,6 +157,7 @@ class Server:
                 f"--ServerApp.root_dir={self.dir.name}",
             ],
             env=env,
+            cwd=self.dir.name,  # `python -m` puts the working directory first on sys.path
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -263,9 +267,15 @@ def eight_gpu_readings(directory: str) -> str:
 
 
 def server_cpu(server: Server) -> float:
-    """CPU seconds the server process has used (user + system)."""
-    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the server process's threads have used, to the nanosecond (the scheduler's
+    own count, per thread: /proc/PID/stat counts in 10 ms ticks, too coarse for one reply)."""
+    total = 0
+    for task in Path(f"/proc/{server.proc.pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+            continue
+    return total / 1e9
 
 
 async def status_probe(server: Server, duration: float) -> tuple[list[float], dict, dict]:

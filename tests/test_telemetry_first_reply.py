@@ -12,7 +12,8 @@ from support.long_history import fill_history
 from support.paths import READINGS
 from support.waiting import wait_for
 
-from jupyter_gpu.analysis.history_thinning import BUCKET_SECONDS, RECENT_SECONDS
+from jupyter_gpu.analysis.history_thinning import BLOCK_SECONDS, BUCKET_SECONDS, RECENT_SECONDS
+from jupyter_gpu.server.full_history import Encoder
 
 HOUR = 3600
 
@@ -56,9 +57,11 @@ async def test_a_full_reply_of_an_hour_is_thinned_and_keeps_what_the_charts_draw
     newest = history[-1]["t"]
     recent = [s.t for s in by_t.values() if s.t >= newest - RECENT_SECONDS and s.t <= newest]
     assert [s["t"] for s in history if s["t"] >= newest - RECENT_SECONDS] == recent
-    # an hour at 1 Hz: the recent 600, then one per bucket (and a sample or two come meanwhile)
-    assert len(history) <= RECENT_SECONDS + (HOUR - RECENT_SECONDS) / BUCKET_SECONDS + 3
-    assert "processes" in history[0]["gpus"][0] and "processes" not in history[1]["gpus"][0]
+    # an hour at 1 Hz: the recent 600 (and the rest of their first minute), then one per bucket
+    # (and a sample or two come meanwhile)
+    assert len(history) <= RECENT_SECONDS + BLOCK_SECONDS + (HOUR - RECENT_SECONDS) / BUCKET_SECONDS + 3
+    assert "processes" in history[0]["gpus"][0]
+    assert sum("processes" not in s["gpus"][0] for s in history) > len(history) / 2
     # the lists left out are those of the sample before: filled in, each sample's own
     assert _filled(history) == [json.loads(by_t[s["t"]].processes_key) for s in history]
     unthinned = sum(len(s.json_history) for s in held)
@@ -83,6 +86,25 @@ async def test_a_full_reply_is_gzipped_for_clients_that_accept_it(jp_fetch, gpu_
     assert len(recent) > 250 and recent == [
         s["t"] for s in plain_history if shorter - 300 <= s["t"] <= shorter
     ]
+
+
+async def test_a_full_reply_after_new_samples_is_the_fresh_encoding_of_the_history(jp_fetch, gpu_monitor):
+    """The reply is kept from one sample to the next and brought up to date: new samples in it,
+    the oldest gone, as if it were encoded anew."""
+    sampler = gpu_monitor.sampler
+    await _hour_of_history(jp_fetch, gpu_monitor)
+    before = await get(jp_fetch, "telemetry")
+    await wait_for(lambda: _newer(sampler, before["latest"]["t"], 3), timeout=10, what="three new samples")
+    sampler.stop()  # the history holds still
+    after = await get(jp_fetch, "telemetry")
+    fresh = json.loads(gzip.decompress(Encoder().prefix(sampler.since(None)).gzip(b'"now": 0}')))
+    assert after["history"] == fresh["history"] and after["latest"] == fresh["latest"]
+    assert after["history"][-1]["t"] >= before["history"][-1]["t"] + 3
+    assert after["history"][0]["t"] > before["history"][0]["t"]  # the oldest samples left
+
+
+async def _newer(sampler, t: float, count: int) -> bool:
+    return len(sampler.since(t)) >= count
 
 
 async def test_since_replies_are_every_newer_sample_with_its_processes(jp_fetch, gpu_monitor):

@@ -21,13 +21,12 @@ from .actions import ActionRefused, free_cache
 from .host import host_reply
 from .kernels import kernel_model
 from .notices import BadNotice, parse
-from .telemetry import devices_payload, telemetry_json, telemetry_rest
+from .telemetry import devices_payload, telemetry_fields, telemetry_json
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from .app import GPUMonitor
-    from .sampler import Sample
     from .schema.replies import (
         DevicesReply,
         ExitsReply,
@@ -84,6 +83,11 @@ class GPUHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"message": error.log_message % error.args, "reason": error.reason}))
 
+    def compute_etag(self) -> str | None:
+        """None: every reply is ``no-store``, so no browser asks whether it changed, and hashing a
+        page load's reply (tornado's SHA-1 of each body) cost the event loop more than sending it."""
+        return None
+
     def send(self, payload: Body) -> None:
         self.set_header("Cache-Control", "no-store")
         self.finish(payload if isinstance(payload, str) else json.dumps(payload))
@@ -118,10 +122,10 @@ class TelemetryHandler(GPUHandler):
         since = self._since()
         sampler = self.monitor.sampler
         self.monitor.owners.update(self.monitor.kernels.last)
-        history = sampler.since(since)
-        if since is None and history and sampler.status.available:
-            await self._send_full(history)
+        if since is None and sampler.status.available and sampler.history_ends():
+            await self._send_full()
             return
+        history = sampler.since(since)
         await self.send_large(
             telemetry_json(
                 sampler.status,
@@ -134,19 +138,19 @@ class TelemetryHandler(GPUHandler):
             )
         )
 
-    async def _send_full(self, history: list[Sample]) -> None:
-        """A page load's reply: the history thinned, encoded and gzipped once per sample."""
+    async def _send_full(self) -> None:
+        """A page load's reply: the history thinned, encoded and gzipped once per sample; the
+        latest sample is the history's newest."""
         sampler = self.monitor.sampler
-        rest = telemetry_rest(
+        fields = telemetry_fields(
             sampler.status,
-            sampler.latest(),
             simulated=self.monitor.simulated,
             interval=sampler.interval,
             now=time.time(),
             owners=self.monitor.owners.reply(),
         )
         gzipped = "gzip" in self.request.headers.get("Accept-Encoding", "")
-        body = await self.monitor.full_history.reply(history, rest, gzip=gzipped)
+        body = await self.monitor.full_history.reply(sampler, fields, gzip=gzipped)
         self.set_header("Cache-Control", "no-store")
         if gzipped:
             self.set_header("Content-Encoding", "gzip")

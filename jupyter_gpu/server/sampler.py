@@ -136,6 +136,12 @@ class Sampler:
         with self._lock:
             return self._history[-1] if self._history else None
 
+    def history_ends(self) -> tuple[Sample, Sample, int] | None:
+        """The oldest and newest samples and how many there are (None before the first): whether
+        the history changed, without copying it."""
+        with self._lock:
+            return (self._history[0], self._history[-1], len(self._history)) if self._history else None
+
     def since(self, t: float | None) -> list[Sample]:
         """Samples newer than ``t`` (all of them when ``t`` is None), oldest first."""
         with self._lock:

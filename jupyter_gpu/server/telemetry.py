@@ -64,24 +64,23 @@ def telemetry_json(
     ``owners`` names the notebook of each GPU process the kernel view attributed (owners.py), so
     the charts can stack each GPU's memory by notebook over the whole history.
     """
-    rest = telemetry_rest(status, latest, simulated=simulated, interval=interval, now=now, owners=owners)
+    fields = telemetry_fields(status, simulated=simulated, interval=interval, now=now, owners=owners)
     history_json = ",".join(sample.json_history for sample in history) if status.available else ""
-    return f'{{"history": [{history_json}], {rest}'
+    latest_json = latest.json_full if latest and status.available else "null"
+    return f'{{"history": [{history_json}], "latest": {latest_json}, {fields}'
 
 
-def telemetry_rest(
+def telemetry_fields(
     status: Status,
-    latest: Sample | None,
     *,
     simulated: bool,
     interval: float,
     now: float,
     owners: list[ProcessOwner],
 ) -> str:
-    """Every field of the reply but ``history``, as JSON from after the opening brace (the history
-    goes first, so that a full reply can share its compressed history: full_history.py)."""
+    """Every field of the reply but ``history`` and ``latest``, as JSON from after a comma, closing
+    brace included (those two go first, so that a full reply can share them: full_history.py)."""
     head = json.dumps(
         {**header(status), "simulated": simulated, "interval": interval, "now": now, "owners": owners}
     )
-    latest_json = latest.json_full if latest and status.available else "null"
-    return f'{head[1:-1]}, "latest": {latest_json}}}'
+    return head[1:]

@@ -208,7 +208,7 @@ export interface TelemetryReply {
    */
   latest: Sample | null;
   /**
-   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples older than the last 10 minutes are thinned to one per 3 seconds (the newest of each), and a sample whose process lists are those of the sample before it in the reply leaves `processes` out.
+   * Samples oldest first, with the 32 largest processes of each GPU and without memory error counts; empty unless `state` is 'ok'. Without `since` (a page load's reply), samples before the minute that holds the time 10 minutes before the newest (minutes aligned to the Unix epoch) are thinned to one per 3 seconds (the newest of each), and a sample whose process lists are those of the sample before it in the reply leaves `processes` out.
    */
   history: Sample[];
 }
