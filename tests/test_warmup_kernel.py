@@ -121,7 +121,10 @@ def test_the_targeted_warmup_of_a_cnn_notebook_runs_only_its_steps(tmp_path: Pat
         shown = kernel.run("%gpu_warmup").shown
     finally:
         kernel.close()
-    assert "warming conv, norms, linear (8192x10), SGD in fp32: named in cnn.ipynb; --all for everything" in shown
+    assert (
+        "warming conv, norms, linear (8192x10), SGD in fp32: named in cnn.ipynb; --all for everything"
+        in shown
+    )
     for step in (
         "context",
         "matmul float32",
