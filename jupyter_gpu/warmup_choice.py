@@ -157,7 +157,10 @@ def choose(sources: dict[str, str]) -> Choice:
 
 
 MAX_LINEARS = 32
-_LINEAR = re.compile(r"\bLinear\(\s*([\d\s*+]+?)\s*,\s*([\d\s*+]+?)\s*[,)]")
+# Each size: digits, '*' and '+' between digits, bounded (a long run of spaces in an unbounded
+# pattern made the match cubic: minutes for a line of a hostile notebook).
+_LINEAR = re.compile(r"\bLinear\(\s*(\d(?:[\d \t*+]{0,40}\d)?)\s*,\s*(\d(?:[\d \t*+]{0,40}\d)?)\s*[,)]")
+MAX_WEIGHT = 1 << 26  # elements of one warmed layer (256 MiB in fp32): a size no text can inflate
 
 
 def _size(expression: str) -> int | None:
@@ -167,7 +170,8 @@ def _size(expression: str) -> int | None:
     for term in expression.split("+"):
         product = 1
         for factor in term.split("*"):
-            if not factor.strip().isdigit():
+            factor = factor.strip()
+            if not (factor.isascii() and factor.isdigit()) or len(factor) > 7:
                 return None
             product *= int(factor)
             if product > 1 << 20:
@@ -182,7 +186,7 @@ def linear_sizes(text: str) -> set[tuple[int, int]]:
     found = set()
     for fan_in, fan_out in _LINEAR.findall(text):
         sizes = (_size(fan_in), _size(fan_out))
-        if sizes[0] and sizes[1]:
+        if sizes[0] and sizes[1] and sizes[0] * sizes[1] <= MAX_WEIGHT:
             found.add((sizes[0], sizes[1]))
     return found
 

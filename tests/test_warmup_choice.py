@@ -46,6 +46,9 @@ def test_a_cnn_notebook_warms_conv_norms_linear_and_sgd_in_fp32():
         ("nn.Linear(hidden, 10)", ()),  # a name: the common widths instead
         ("nn.Linear(9**9**9, 3)", ()),  # never evaluated: no size
         ("nn.Linear(2097152, 3)", ()),  # beyond any first notebook's layer: not warmed
+        ("nn.Linear(1048576, 8192)", ()),  # a 32 GB layer a comment could ask for: not warmed
+        ("nn.Linear(" + "9" * 5000 + ", 3)", ()),  # beyond int()'s digit limit: no size, no error
+        ("nn.Linear(1," + " " * 10_000 + "x", ()),  # minutes of backtracking with an unbounded pattern
     ],
 )
 def test_linear_sizes_written_as_numbers_are_warmed_as_written(text, sizes):

@@ -8,6 +8,7 @@ is too large, unreadable or not JSON is left out, and the choice says what was l
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -36,21 +37,29 @@ def sources(ipython: Any) -> dict[str, str]:
 
 def _notebook_path(ipython: Any) -> Path | None:
     session = ipython.user_ns.get("__session__") or os.environ.get("JPY_SESSION_NAME")
-    if not isinstance(session, str) or not session.endswith(".ipynb"):
-        return None
+    if not isinstance(session, str) or not session.endswith(".ipynb") or not os.path.isabs(session):
+        return None  # a relative name would be read from wherever the kernel has moved to
     return Path(session)
 
 
 def notebook_code(path: Path) -> str:
     """The notebook's code cells, joined; '' when it cannot be read within the bounds."""
     try:
-        status = path.stat()
-        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_NOTEBOOK_BYTES:
-            return ""  # a FIFO or device named .ipynb would block the read or never end
-        import nbformat
-
-        notebook = nbformat.read(path, as_version=4)
-        return "\n".join(str(cell.source) for cell in notebook.cells if cell.cell_type == "code")
+        # opened once, without blocking, and checked as opened: a FIFO or device named .ipynb,
+        # or one swapped in after a check, would block the read or never end
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return ""
+            data = file.read(MAX_NOTEBOOK_BYTES + 1)
+        if len(data) > MAX_NOTEBOOK_BYTES:
+            return ""
+        cells = json.loads(data).get("cells", [])
+        return "\n".join(
+            c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+            for c in cells
+            if isinstance(c, dict) and c.get("cell_type") == "code"
+        )
     except Exception:  # missing, half-written, not a notebook: the kernel's own cells still count
         return ""
 
