@@ -68,6 +68,19 @@ export class GpuModel implements IGpuModel {
     });
   }
 
+  /**
+   * Show the telemetry the page came with (pageTelemetry.ts) until the first
+   * poll answers; that poll still asks for the whole history, for the charts.
+   * A reply the model already has from a poll is newer: then this does nothing.
+   */
+  seed(reply: TelemetryReply): void {
+    if (this._telemetry !== null) {
+      return;
+    }
+    this._telemetry = reply;
+    this.stateChanged.emit();
+  }
+
   /** Begin polling. */
   start(): void {
     void this._telemetryPoll.start();
