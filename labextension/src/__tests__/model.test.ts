@@ -216,6 +216,7 @@ describe('GpuModel: the one poll of the server', () => {
     assert.equal(changes, 1);
     assert.equal(statusText(model).text, 'GPU 0: 50% · 1.00 / 141 GiB');
     assert.equal(server.requests.length, 0); // from the page, not a request
+    assert.equal(model.polled, false); // the panel and dashboard wait for the history
 
     server.addSample(101);
     model.start();
@@ -228,6 +229,7 @@ describe('GpuModel: the one poll of the server', () => {
     );
     assert.equal(model.telemetry?.latest?.t, 101);
     assert.ok(model.devices);
+    assert.equal(model.polled, true);
 
     model.seed(seed); // a poll's reply is newer: an old seed never replaces it
     assert.equal(model.telemetry?.latest?.t, 101);
