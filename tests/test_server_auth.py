@@ -8,7 +8,7 @@ import sys
 import warnings
 
 import pytest
-from jupyter_server.auth.authorizer import Authorizer
+from support.jupyter_api import DenyGPU
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu.server.handlers import route_table
@@ -109,11 +109,6 @@ def _patterns(app) -> list[str]:
     return [
         rule.matcher.regex.pattern.rstrip("$") for rule in app.web_app.default_router.rules[0].target.rules
     ]
-
-
-class DenyGPU(Authorizer):
-    def is_authorized(self, handler, user, action, resource) -> bool:
-        return resource != "gpu"
 
 
 class TestAuthorizer:

@@ -32,6 +32,7 @@ from .kernel_env import Quota
 from .kernels import KernelView, notebook_paths
 from .notices import StopNotices
 from .owners import OwnerMemo
+from .page_config import install as install_page_config
 from .quota_watch import QuotaWatch
 from .sampler import Sampler
 
@@ -356,6 +357,8 @@ class GPUMonitor(ExtensionApp):
         self.handlers.extend(route_table(self))
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
+        # at start, after every extension's initialize: JupyterHub's sets its own hook there
+        install_page_config(self, serverapp.web_app.settings)
         # Keeps the kernel attribution that Prometheus reports fresh between API calls.
         self._refresh = PeriodicCallback(self._refresh_kernels, max(self.interval, 5.0) * 1000)
         self._refresh.start()

@@ -47,7 +47,7 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
   /** Each new telemetry reply while on screen is a poll for the cells' timelines. */
   private _polled(): void {
     const reply = this.model.telemetry;
-    if (this._onScreen && reply !== this._lastReply) {
+    if (this._onScreen && this.model.polled && reply !== this._lastReply) {
       this._lastReply = reply;
       this._cells.poll();
     }
@@ -96,15 +96,18 @@ export class GpuDashboard extends OnScreenRenderer<GpuModel> {
             {m.error}
           </div>
         )}
-        {!m.loaded && !m.error && (
+        {!m.polled && !m.error && (
           <div className="jp-gpu-loading">Loading GPU figures…</div>
         )}
-        {m.available === false && (
+        {m.polled && m.available === false && (
           <div className="jp-gpu-nogpu" data-state="no-gpu">
             {m.reason ?? 'The server reports no usable GPU.'}
           </div>
         )}
-        {m.available && t && this._gpus(t.now, t.interval, t.owners)}
+        {m.polled &&
+          m.available &&
+          t &&
+          this._gpus(t.now, t.interval, t.owners)}
       </div>
     );
   }

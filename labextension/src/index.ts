@@ -21,6 +21,7 @@ import { notifyServerEvents } from './serverNotices';
 import { addDashboardCommand } from './dashboardCommand';
 import { GpuModel } from './model';
 import { notebookLinks } from './notebooks';
+import { pageTelemetry } from './pageTelemetry';
 import { followSettings } from './settings';
 import { addSidebarPanel } from './sidebar';
 import { addStatusItem } from './statusbar';
@@ -58,6 +59,11 @@ const plugin: JupyterFrontEndPlugin<IGpuModel> = {
     router: IRouter | null
   ): IGpuModel => {
     const model = new GpuModel(app.serviceManager.serverSettings);
+    // figures from the page itself: the status bar has them at its first render
+    const seed = pageTelemetry();
+    if (seed) {
+      model.seed(seed);
+    }
     notifyServerEvents(app.serviceManager.events, model);
     addSidebarPanel(app, model, notebookLinks(app, notebooks), restorer);
     addDashboardCommand(app, model, { restorer, launcher, tree, router });

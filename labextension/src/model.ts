@@ -68,6 +68,20 @@ export class GpuModel implements IGpuModel {
     });
   }
 
+  /**
+   * Show the telemetry the page came with (pageTelemetry.ts) until the first
+   * poll answers; that poll still asks for the whole history, for the charts.
+   * A reply the model already has from a poll is newer: then this does nothing.
+   * The views drawn from the history wait for that poll (`polled`).
+   */
+  seed(reply: TelemetryReply): void {
+    if (this._telemetry !== null) {
+      return;
+    }
+    this._telemetry = reply;
+    this.stateChanged.emit();
+  }
+
   /** Begin polling. */
   start(): void {
     void this._telemetryPoll.start();
@@ -133,9 +147,14 @@ export class GpuModel implements IGpuModel {
     }
   }
 
-  /** True once the first telemetry reply has arrived. */
+  /** True once there are figures: the page's (seed) or the first telemetry reply. */
   get loaded(): boolean {
     return this._telemetry !== null;
+  }
+
+  /** True once a telemetry reply has arrived, and with it the history. */
+  get polled(): boolean {
+    return this._polled;
   }
 
   /** Whether the server has a usable GPU; null while unknown. */
@@ -281,6 +300,7 @@ export class GpuModel implements IGpuModel {
       this._lastT = last ? last.t : this._lastT;
       const lastState = this._telemetry?.state;
       this._telemetry = reply;
+      this._polled = true;
       this._error = null;
       if (this._needDevices(reply, lastState)) {
         this._devices = await requestAPI('devices', this._serverSettings);
@@ -343,6 +363,7 @@ export class GpuModel implements IGpuModel {
   private _statusBarVisible = false;
   private _dashboardVisible = false;
   private _telemetry: TelemetryReply | null = null;
+  private _polled = false;
   private _devices: DevicesReply | null = null;
   private _kernels: KernelsReply | null = null;
   private _host: HostReply | null = null;

@@ -34,12 +34,12 @@ export class GpuPanel extends OnScreenRenderer<GpuModel> {
             {m.error}
           </div>
         )}
-        {!m.loaded && !m.error && (
+        {!m.polled && !m.error && (
           <div className="jp-gpu-loading">Loading GPU figures…</div>
         )}
-        {m.available === false && <NoGpu reason={m.reason} />}
-        {m.available && <Cards model={m} />}
-        {m.available && <Holders model={m} links={this._links} />}
+        {m.polled && m.available === false && <NoGpu reason={m.reason} />}
+        {m.polled && m.available && <Cards model={m} />}
+        {m.polled && m.available && <Holders model={m} links={this._links} />}
       </div>
     );
   }

@@ -10,6 +10,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from jupyter_server.auth.authorizer import Authorizer
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -87,3 +88,11 @@ async def start_extensions(gpu_monitor: Any) -> None:
     """What `jupyter server` does once its event loop runs (pytest-jupyter leaves it out):
     the extension's periodic tasks, the culler's and the quota watch's among them, start."""
     await gpu_monitor.serverapp.extension_manager.start_all_extensions()
+
+
+class DenyGPU(Authorizer):
+    """A server's authorizer that lets its user do anything but read or use the GPUs
+    (``authorizer_class`` in ServerApp's config)."""
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        return resource != "gpu"

@@ -92,7 +92,7 @@ export class FakeServer {
     }
     switch (route) {
       case 'telemetry':
-        return json(this._telemetry(url.searchParams.get('since')));
+        return json(this.telemetry(url.searchParams.get('since')));
       case 'devices':
         return json(this._devices());
       case 'kernels':
@@ -102,7 +102,8 @@ export class FakeServer {
     }
   }
 
-  private _telemetry(since: string | null): TelemetryReply {
+  /** The telemetry reply to a request with this `since` (null: none). */
+  telemetry(since: string | null): TelemetryReply {
     const latest = this.samples[this.samples.length - 1] ?? null;
     return {
       version: 1,

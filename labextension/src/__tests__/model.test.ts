@@ -5,7 +5,9 @@ import { strict as assert } from 'node:assert';
 import { afterEach, beforeEach, describe, it, mock } from 'node:test';
 
 import { GpuModel } from '../model';
+import { parsePageTelemetry } from '../pageTelemetry';
 import { DEFAULT_SETTINGS } from '../settings';
+import { statusText } from '../summary';
 import { FakeServer } from './fakeServer';
 
 /** The default refresh interval, in ms. */
@@ -200,6 +202,51 @@ describe('GpuModel: the one poll of the server', () => {
     server.failure = { status: 503, message: 'NVML is restarting' };
     await advance(MAX_BACKOFF);
     assert.equal(model.error, 'The server answered 503: NVML is restarting');
+  });
+
+  it('shows the seeded numbers at once, then the first poll asks for the whole history', async () => {
+    const seed = parsePageTelemetry(
+      JSON.stringify(server.telemetry('100')),
+      100
+    );
+    assert.ok(seed);
+    let changes = 0;
+    model.stateChanged.connect(() => changes++);
+    model.seed(seed);
+    assert.equal(changes, 1);
+    assert.equal(statusText(model).text, 'GPU 0: 50% · 1.00 / 141 GiB');
+    assert.equal(server.requests.length, 0); // from the page, not a request
+    assert.equal(model.polled, false); // the panel and dashboard wait for the history
+
+    server.addSample(101);
+    model.start();
+    model.setStatusBarVisible(true);
+    await advance(0);
+    assert.deepEqual(server.sinces(), [null]); // the charts' full history, as without a seed
+    assert.deepEqual(
+      model.history.map(s => s.t),
+      [100, 101]
+    );
+    assert.equal(model.telemetry?.latest?.t, 101);
+    assert.ok(model.devices);
+    assert.equal(model.polled, true);
+
+    model.seed(seed); // a poll's reply is newer: an old seed never replaces it
+    assert.equal(model.telemetry?.latest?.t, 101);
+  });
+
+  it('marks the seeded numbers as not current when the first poll fails', async () => {
+    model.seed(
+      parsePageTelemetry(JSON.stringify(server.telemetry('100')), 100)!
+    );
+    server.failure = { unreachable: true };
+    model.start();
+    model.setStatusBarVisible(true);
+    await advance(0);
+    const { text, title } = statusText(model);
+    assert.equal(model.error, 'Cannot reach the Jupyter server; retrying.');
+    assert.match(text, /50%/); // the status bar keeps them, greyed (jp-gpu-stale), and says why
+    assert.match(title, /Cannot reach the Jupyter server/);
   });
 
   it('stops polling once disposed', async () => {
