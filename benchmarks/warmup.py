@@ -79,18 +79,29 @@ CLOCK_CELL = """\
 import time
 get_ipython().events.register("pre_run_cell", lambda info: globals().__setitem__("_cell_start", time.perf_counter()))
 """
+# The report's steps, for the per-step table: the magic's call of warm_up is wrapped to keep it.
+CAPTURE_CELL = """\
+import jupyter_gpu.kernel.warmup_magic as _wm
+_reports = []
+_warm_up = _wm.warm_up
+_wm.warm_up = lambda *a, **k: _reports.append(_warm_up(*a, **k)) or _reports[-1]
+"""
+STEPS_OUT = """\
+import json as _json
+print("STEPS", _json.dumps([[s.name, s.ms] for r in {reports} for sec in r.sections for s in sec.steps]))
+"""
 WARMUP_CELL = """\
 _t = time.perf_counter()
 get_ipython().run_line_magic("gpu_warmup", "--quiet {options}")
 print("WARMUP_MS", (time.perf_counter() - _t) * 1e3)
-"""
+""" + STEPS_OUT.format(reports="_reports")
 BACKGROUND_DONE_CELL = """\
 from jupyter_gpu.kernel import warmup_background as _bg
 _runner = _bg.current()
 _report = _runner.wait()
 print("WARMUP_MS", sum(s.total_ms for s in _report.sections))
 print("DONE_BEFORE_STEPS", _runner.ended <= _steps_start_monotonic)
-"""
+""" + STEPS_OUT.format(reports="[_report]")
 STEP_CELL = """\
 import json, time, torch
 t0 = _cell_start
@@ -168,11 +179,13 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
         run_cell(client, "%load_ext jupyter_gpu")
         run_cell(client, CLOCK_CELL)
         run_cell(client, IMPORT_CELL)
-        result: dict = {"warmup_ms": None, "done_before_steps": None}
+        run_cell(client, CAPTURE_CELL)
+        result: dict = {"warmup_ms": None, "done_before_steps": None, "steps": []}
         options = ARMS[arm]
         if options is not None:
             text = run_cell(client, WARMUP_CELL.format(options=options))
-            result["warmup_ms"] = float(text.split("WARMUP_MS")[-1])
+            result["warmup_ms"] = float(text.split("WARMUP_MS")[-1].split()[0])
+            result["steps"] = json.loads(text.split("STEPS", 1)[1])
         if arm == "background":
             time.sleep(READING_S)  # the user reads: no cell runs
         text = run_cell(client, step_cell(workload, steps))
@@ -180,7 +193,8 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
         if arm == "background":  # the background's own time, not the magic's return
             text = run_cell(client, BACKGROUND_DONE_CELL)
             result["warmup_ms"] = float(text.split("WARMUP_MS")[1].split()[0])
-            result["done_before_steps"] = text.split("DONE_BEFORE_STEPS")[1].strip() == "True"
+            result["done_before_steps"] = text.split("DONE_BEFORE_STEPS")[1].split()[0] == "True"
+            result["steps"] = json.loads(text.split("STEPS", 1)[1])
         return result
     finally:
         client.stop_channels()
@@ -195,6 +209,7 @@ def summarise(runs: list[dict]) -> dict:
         "second_ms": [r["steps_ms"][1] for r in runs],
         "steady_ms": [statistics.median(r["steps_ms"][2:]) for r in runs],
         "done_before_steps": [r["done_before_steps"] for r in runs],
+        "steps": [r["steps"] for r in runs],
     }
 
 
@@ -262,6 +277,21 @@ def print_table(device: str, results: dict, trials: int) -> None:
             )
 
 
+def print_steps(results: dict) -> None:
+    """What each warm-up spent its time on: every step's median over the trials, largest first."""
+    for workload, arms in results.items():
+        for arm, s in arms.items():
+            by_step: dict[str, list[float]] = {}
+            for steps in s["steps"]:
+                for name, ms in steps:
+                    by_step.setdefault(name, []).append(ms)
+            if not by_step:
+                continue
+            print(f"\n{workload}, {arm}: the warm-up's steps, median ms of {len(s['steps'])} trials")
+            for name, values in sorted(by_step.items(), key=lambda kv: -statistics.median(kv[1])):
+                print(f"  {statistics.median(values):>9,.1f}  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -303,6 +333,7 @@ def main() -> None:
         print(json.dumps({"device": device, "results": results}))
     else:
         print_table(device, results, args.trials)
+        print_steps(results)
 
 
 if __name__ == "__main__":
