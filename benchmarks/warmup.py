@@ -88,7 +88,7 @@ _wm.warm_up = lambda *a, **k: _reports.append(_warm_up(*a, **k)) or _reports[-1]
 """
 STEPS_OUT = """\
 import json as _json
-print("STEPS", _json.dumps([[s.name, s.ms] for r in {reports} for sec in r.sections for s in sec.steps]))
+print("STEP_TABLE", _json.dumps([[s.name, s.ms] for r in {reports} for sec in r.sections for s in sec.steps]))
 """
 WARMUP_CELL = """\
 _t = time.perf_counter()
@@ -185,7 +185,7 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
         if options is not None:
             text = run_cell(client, WARMUP_CELL.format(options=options))
             result["warmup_ms"] = float(text.split("WARMUP_MS")[-1].split()[0])
-            result["steps"] = json.loads(text.split("STEPS", 1)[1])
+            result["steps"] = json.loads(text.split("STEP_TABLE", 1)[1])
         if arm == "background":
             time.sleep(READING_S)  # the user reads: no cell runs
         text = run_cell(client, step_cell(workload, steps))
@@ -194,7 +194,7 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
             text = run_cell(client, BACKGROUND_DONE_CELL)
             result["warmup_ms"] = float(text.split("WARMUP_MS")[1].split()[0])
             result["done_before_steps"] = text.split("DONE_BEFORE_STEPS")[1].split()[0] == "True"
-            result["steps"] = json.loads(text.split("STEPS", 1)[1])
+            result["steps"] = json.loads(text.split("STEP_TABLE", 1)[1])
         return result
     finally:
         client.stop_channels()
