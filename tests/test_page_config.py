@@ -6,18 +6,15 @@ gives a page without it, never a broken page."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
-from support.jupyter_api import DenyGPU, check_reply, start_extensions
+from support.jupyter_api import DenyGPU, check_reply, page_config, start_extensions
 from support.waiting import holds, wait_for
 
 from jupyter_gpu.server.page_config import PAGE_CONFIG_KEY
 
 # jupyter_server_terminals (JupyterLab loads it) registers a websocket route jupyter_server warns of
 pytestmark = pytest.mark.filterwarnings("ignore:Extension endpoints without")
-
-CONFIG_DATA = re.compile(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', re.S)
 
 
 @pytest.fixture
@@ -38,13 +35,6 @@ async def started(gpu_monitor):
     """The server as `jupyter lab` runs it (its extensions started), with a first sample taken."""
     await start_extensions(gpu_monitor)
     await wait_for(holds(gpu_monitor.sampler.latest), what="the first sample")
-
-
-async def page_config(jp_fetch, *path: str) -> dict:
-    """The page_config of one of the front end's pages, as the browser reads it."""
-    response = await jp_fetch(*path)
-    assert response.code == 200
-    return json.loads(CONFIG_DATA.search(response.body.decode()).group(1))
 
 
 @pytest.mark.parametrize("page", [("lab",), ("tree",)], ids=["JupyterLab", "Notebook 7"])

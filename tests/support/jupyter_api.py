@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -88,6 +89,19 @@ async def start_extensions(gpu_monitor: Any) -> None:
     """What `jupyter server` does once its event loop runs (pytest-jupyter leaves it out):
     the extension's periodic tasks, the culler's and the quota watch's among them, start."""
     await gpu_monitor.serverapp.extension_manager.start_all_extensions()
+
+
+# JupyterLab's and Notebook 7's pages carry their settings as JSON in this script.
+CONFIG_DATA = re.compile(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', re.S)
+
+
+async def page_config(jp_fetch: Any, *path: str) -> dict[str, Any]:
+    """The page_config of one of the front end's pages, as the browser reads it."""
+    response = await jp_fetch(*path)
+    assert response.code == 200
+    match = CONFIG_DATA.search(response.body.decode())
+    assert match, "the page has no jupyter-config-data"
+    return json.loads(match.group(1))
 
 
 class DenyGPU(Authorizer):
