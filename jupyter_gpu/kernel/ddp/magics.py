@@ -336,8 +336,9 @@ def register(ipython: InteractiveShell) -> Callable[[], None]:
     The rank forkserver starts in the background before the first %%ddp_launch needs it, so that
     launch does not wait for it to import torch (the kernel itself imports none): now with two
     or more GPUs visible, and with one once the notebook has imported torch (after that cell).
-    It holds a few hundred MB of memory: JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of
-    a shared server) leaves it to the first launch.
+    It holds about 490 MB of host memory (torch's CUDA build) and no GPU memory:
+    JUPYTER_GPU_DDP_PRESTART=0 (e.g. in a kernel spec of a shared server) leaves it to the first
+    launch.
     """
     from ...ddp.forkserver import prestart_forkserver
     from ...nvml.visible import visible_gpus
