@@ -12,7 +12,7 @@ import time
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from support.cli import ENV
-from support.jupyter_api import get, start_extensions, start_notebook_kernel
+from support.jupyter_api import get, start_extensions, start_notebook_kernel, with_server_app
 from support.kernel_client import run_cell
 from support.server_events import recorded
 from support.simulated_gpu import hold
@@ -227,10 +227,7 @@ class ReadOnly(Authorizer):
 class TestReadOnlyUser:
     @pytest.fixture
     def jp_server_config(self, jp_server_config):
-        return {
-            **jp_server_config,
-            "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": ReadOnly},
-        }
+        return with_server_app(jp_server_config, authorizer=ReadOnly)
 
     async def test_sees_idle_kernels_but_cannot_act_on_them(self, jp_fetch, gpu_monitor):
         manager = gpu_monitor.serverapp.kernel_manager

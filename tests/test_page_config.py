@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.jupyter_api import DenyGPU, check_reply, page_config, start_extensions
+from support.jupyter_api import DenyGPU, check_reply, page_config, start_extensions, with_server_app
 from support.waiting import holds, wait_for
 
 from jupyter_gpu.server.page_config import PAGE_CONFIG_KEY
@@ -20,15 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Extension endpoints without")
 @pytest.fixture
 def jp_server_config(jp_server_config: dict) -> dict:
     """JupyterLab and Notebook 7 beside the extension, as a user's server has them."""
-    extensions = {
-        **jp_server_config["ServerApp"]["jpserver_extensions"],
-        "jupyterlab": True,
-        "notebook": True,
-    }
-    return {
-        **jp_server_config,
-        "ServerApp": {**jp_server_config["ServerApp"], "jpserver_extensions": extensions},
-    }
+    return with_server_app(jp_server_config, extensions=("jupyterlab", "notebook"))
 
 
 async def started(gpu_monitor):
@@ -90,10 +82,7 @@ async def test_a_sampler_with_nothing_or_nonsense_to_say_gives_a_page_without_it
 class TestAUserWhoMayNotReadTheGpus:
     @pytest.fixture
     def jp_server_config(self, jp_server_config):
-        return {
-            **jp_server_config,
-            "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": DenyGPU},
-        }
+        return with_server_app(jp_server_config, authorizer=DenyGPU)
 
     async def test_gets_the_page_without_them(self, jp_fetch, gpu_monitor):
         await started(gpu_monitor)

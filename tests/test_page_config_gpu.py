@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from support.jupyter_api import check_reply, page_config, start_extensions
+from support.jupyter_api import check_reply, page_config, start_extensions, with_server_app
 from support.machine import nvidia_smi
 from support.waiting import holds, wait_for
 
@@ -36,11 +36,7 @@ def gpu_monitor_config() -> dict:
 @pytest.fixture
 def jp_server_config(jp_server_config: dict) -> dict:
     """JupyterLab beside the extension: its page is the one that carries the sample."""
-    extensions = {**jp_server_config["ServerApp"]["jpserver_extensions"], "jupyterlab": True}
-    return {
-        **jp_server_config,
-        "ServerApp": {**jp_server_config["ServerApp"], "jpserver_extensions": extensions},
-    }
+    return with_server_app(jp_server_config, extensions=("jupyterlab",))
 
 
 async def page_sample(jp_fetch) -> dict:

@@ -8,7 +8,7 @@ import sys
 import warnings
 
 import pytest
-from support.jupyter_api import DenyGPU
+from support.jupyter_api import DenyGPU, with_server_app
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu.server.handlers import route_table
@@ -114,10 +114,7 @@ def _patterns(app) -> list[str]:
 class TestAuthorizer:
     @pytest.fixture
     def jp_server_config(self, jp_server_config):
-        return {
-            **jp_server_config,
-            "ServerApp": {**jp_server_config["ServerApp"], "authorizer_class": DenyGPU},
-        }
+        return with_server_app(jp_server_config, authorizer=DenyGPU)
 
     @pytest.mark.parametrize("route", GUARDED)
     async def test_a_user_without_the_gpu_permission_is_refused(self, jp_fetch, route):

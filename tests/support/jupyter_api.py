@@ -91,6 +91,22 @@ async def start_extensions(gpu_monitor: Any) -> None:
     await gpu_monitor.serverapp.extension_manager.start_all_extensions()
 
 
+def with_server_app(
+    config: dict, *, authorizer: type | None = None, extensions: tuple[str, ...] = ()
+) -> dict:
+    """pytest-jupyter's ``jp_server_config`` with another authorizer and more server extensions
+    enabled (JupyterLab's, Notebook 7's), for a module's or class's own fixture."""
+    server_app = dict(config["ServerApp"])
+    if authorizer is not None:
+        server_app["authorizer_class"] = authorizer
+    if extensions:
+        server_app["jpserver_extensions"] = {
+            **server_app["jpserver_extensions"],
+            **dict.fromkeys(extensions, True),
+        }
+    return {**config, "ServerApp": server_app}
+
+
 # JupyterLab's and Notebook 7's pages carry their settings as JSON in this script.
 CONFIG_DATA = re.compile(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', re.S)
 
