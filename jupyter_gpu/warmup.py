@@ -107,15 +107,17 @@ def warm_device(
     nccl: bool = False,
     compile: bool = False,
     pacer: Pacer | None = None,
+    optimizers: bool = True,
 ) -> Section:
-    """Run the chosen steps (all without a choice) on one device, timing each (synchronised) and
-    carrying on past failures; a pacer that says no stops it between steps.
+    """Run the chosen steps (all without a choice; the optimizers' only if ``optimizers``) on one
+    device, timing each (synchronised) and carrying on past failures; a pacer that says no stops
+    it between steps.
 
     Each step leaves the CPU's and the device's random number generators as it found them (its
     models are built on the device, from the device's generator): a warm-up between a notebook's
     ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
     section = Section(f"cuda:{index}")
-    steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile)
+    steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile, optimizers)
     _run_steps(torch, index, steps, section, pacer)
     section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
     reserved = torch.cuda.memory_reserved(index)
@@ -171,19 +173,35 @@ def warm_this_thread(report: WarmupReport, devices: list[int], choice: Choice | 
         _run_steps(torch, index, labelled, section)
 
 
+def warm_optimizers(devices: list[int], choice: Choice, pacer: Pacer | None = None) -> WarmupReport:
+    """The optimizers' and GradScaler's steps alone (``warm_up(..., optimizers=False)`` left them
+    out), one device after another: what they warm (foreach kernels, Python imports) is mostly
+    shared by all devices."""
+    import torch
+
+    sections = []
+    for index in devices:
+        section = Section(f"cuda:{index} {torch.cuda.get_device_name(index)}")
+        _run_steps(torch, index, warmup_steps.optimizer_steps(torch, index, choice), section, pacer)
+        sections.append(section)
+    return WarmupReport(sections)
+
+
 def warm_up(
     devices: list[int],
     choice: Choice | None = None,
     nccl: bool = False,
     compile: bool = False,
     pacer: Pacer | None = None,
+    optimizers: bool = True,
 ) -> WarmupReport:
     """Warm every device, in parallel; usable without IPython (scripts, benchmarks). Without a
-    choice, everything (``--all``); with one, its one-line reason leads the report's notes."""
+    choice, everything (``--all``); with one, its one-line reason leads the report's notes.
+    ``optimizers=False`` leaves the optimizers' steps to ``warm_optimizers``."""
     import torch
 
     def warm(index: int) -> Section:
-        return warm_device(torch, index, choice, nccl, compile, pacer)
+        return warm_device(torch, index, choice, nccl, compile, pacer, optimizers)
 
     if len(devices) > 1:  # one thread per device: kernel loading and cuDNN set-up overlap
         with ThreadPoolExecutor(len(devices), thread_name_prefix="gpu-warmup") as pool:

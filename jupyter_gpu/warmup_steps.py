@@ -233,8 +233,29 @@ def family_steps(
     ]
 
 
-def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool) -> list[tuple[str, Action]]:
-    """The warm-up for one device, as (label, action) pairs; each action touches one family."""
+def optimizer_steps(torch: Any, index: int, choice: Choice) -> list[tuple[str, Action]]:
+    """The chosen optimizers' steps and the GradScaler's: their first constructor imports
+    torch._dynamo, seconds of CPU and no CUDA, which ``%gpu_warmup`` leaves to the background."""
+    kit = _kit(torch, index, choice)
+    steps: list[tuple[str, Action]] = []
+    if choice.optimizer_import:
+        label = ", ".join(choice.optimizers or ("SGD",)) + f" ({', '.join(choice.modes)})"
+        steps.append(
+            (
+                f"optimizers: {label}, first and later steps (the first imports torch._dynamo)",
+                _optimizers(kit, choice),
+            )
+        )
+    if choice.grad_scaler:
+        steps.append(("fp16 GradScaler step", functools.partial(_on_device, _grad_scaler, kit)))
+    return steps
+
+
+def steps_for(
+    torch: Any, index: int, choice: Choice, nccl: bool, compile: bool, optimizers: bool = True
+) -> list[tuple[str, Action]]:
+    """The warm-up for one device, as (label, action) pairs; each action touches one family.
+    ``optimizers=False`` leaves out ``optimizer_steps``."""
     kit = _kit(torch, index, choice)
     dev, halves = kit.dev, kit.halves
     matmuls = list(dict.fromkeys([torch.float32, *halves, *([torch.float16] if choice.grad_scaler else [])]))
@@ -252,16 +273,8 @@ def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool)
         ("elementwise, reduction, RNG", elementwise),
         *[(f"matmul {_name(d)} (cuBLAS)", matmul(d)) for d in matmuls],
     ]
-    if choice.optimizer_import:
-        label = ", ".join(choice.optimizers or ("SGD",)) + f" ({', '.join(choice.modes)})"
-        steps.append(
-            (
-                f"optimizers: {label}, first and later steps (the first imports torch._dynamo)",
-                _optimizers(kit, choice),
-            )
-        )
-    if choice.grad_scaler:
-        steps.append(("fp16 GradScaler step", functools.partial(_on_device, _grad_scaler, kit)))
+    if optimizers:
+        steps += optimizer_steps(torch, index, choice)
     steps += family_steps(torch, index, choice, frozenset(choice.families))
     if nccl:
         steps.append(

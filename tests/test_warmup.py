@@ -74,7 +74,7 @@ def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(
     monkeypatch.setattr(
         warmup.warmup_steps,
         "steps_for",
-        lambda torch, index, choice, nccl, compile: [
+        lambda torch, index, choice, nccl, compile, optimizers: [
             ("context", lambda: None),
             ("matmul bf16 (cuBLAS)", boom),
             ("attention", lambda: None),
