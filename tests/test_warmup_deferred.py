@@ -18,6 +18,7 @@ from jupyter_gpu.kernel import warmup_background as background
 from jupyter_gpu.kernel import warmup_magic
 
 OPTIMIZER_STEP = "optimizers: Adam (foreach), first and later steps"
+NEVER = 0.3  # seconds to watch for something that must not happen
 
 
 @pytest.fixture
@@ -105,3 +106,59 @@ def test_nothing_is_left_to_the_background_when(shell, ran, capsys, cells, optio
     assert background.current() is None
     assert "in the background" not in capsys.readouterr().out
     assert (OPTIMIZER_STEP in ran) == (option == "--all")
+
+
+def test_they_start_only_once_the_magics_cell_has_ended(shell, ran):
+    shell.user_ns["ran"] = ran
+    shell.run_cell("notebook = 'opt = torch.optim.Adam(params)'", store_history=True)
+    cell = shell.run_cell(
+        f"%gpu_warmup --quiet\nimport time\ntime.sleep({NEVER})\nduring = {OPTIMIZER_STEP!r} in ran"
+    )
+    assert cell.success and shell.user_ns["during"] is False
+    wait_until("the optimizers' steps after the cell", lambda: OPTIMIZER_STEP in ran)
+
+
+def test_a_later_call_waits_for_them_then_does_what_it_asks(shell, ran, monkeypatch, capsys):
+    """The cell form's body runs (after the leftover steps), and --all is done, not swallowed."""
+    release = threading.Event()
+    order: list[str] = []
+    inner = warmup.warmup_steps.optimizer_steps
+
+    def gated(*args):
+        def run(action):
+            assert release.wait(30)
+            action()
+            order.append("optimizers")
+
+        return [(name, lambda action=action: run(action)) for name, action in inner(*args)]
+
+    monkeypatch.setattr(warmup.warmup_steps, "optimizer_steps", gated)
+    shell.user_ns["order"] = order
+    shell.run_cell("notebook = 'opt = torch.optim.Adam(params)'", store_history=True)
+    shell.run_cell("%gpu_warmup --quiet")
+    assert "run in the background while you read" in capsys.readouterr().out  # --quiet says so too
+    threading.Timer(0.2, release.set).start()
+    assert shell.run_cell("%%gpu_warmup --quiet\norder.append('body')").success
+    assert order == ["optimizers", "body", "body"]  # the leftover first, then the cell cold and warm
+    shell.run_line_magic("gpu_warmup", "--all --quiet")
+    assert capsys.readouterr().out.count("gpu_warmup: cuda:0 Fake GPU warm in") == 1
+    assert ran[OPTIMIZER_STEP] == threading.main_thread().name  # --all warmed them now, itself
+
+
+def test_the_real_steps_leave_the_optimizers_out_when_asked(monkeypatch):
+    import torch
+
+    from jupyter_gpu.warmup_choice import choose
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    choice = choose({"nb": "model = nn.Linear(8, 4)\nopt = torch.optim.Adam(p)\nscaler = GradScaler()"})
+    now = [
+        name for name, _ in warmup.warmup_steps.steps_for(torch, 0, choice, False, False, optimizers=False)
+    ]
+    later = [name for name, _ in warmup.warmup_steps.optimizer_steps(torch, 0, choice)]
+    every = [name for name, _ in warmup.warmup_steps.steps_for(torch, 0, choice, False, False)]
+    assert later == [
+        "optimizers: Adam (foreach), first and later steps (the first imports torch._dynamo)",
+        "fp16 GradScaler step",
+    ]
+    assert not set(later) & set(now) and set(every) == set(now) | set(later)

@@ -57,6 +57,7 @@ class BackgroundWarmup:
         self.report: WarmupReport | None = None
         self.started = time.monotonic()
         self.ended: float | None = None
+        self.leftover = False
         self._thread = threading.Thread(target=self._run, name="gpu-warmup-background", daemon=True)
 
     def start(self) -> None:
@@ -228,11 +229,16 @@ def main_thread_schedule(ipython: InteractiveShell) -> Schedule | None:
     return getattr(loop, "add_callback", None)
 
 
-def launch(ipython: InteractiveShell, work: Work, finish: Finish | None = None) -> BackgroundWarmup:
-    """Start a background warm-up, replacing a finished one; the caller checks none is running."""
+def launch(
+    ipython: InteractiveShell, work: Work, finish: Finish | None = None, leftover: bool = False
+) -> BackgroundWarmup:
+    """Start a background warm-up, replacing a finished one; the caller checks none is running.
+    ``leftover``: what a foreground ``%gpu_warmup`` left to the background, not one the user
+    started (a later call waits for it and then does what it asks)."""
     global _current, _undo_current
     end()
     runner = BackgroundWarmup(work, cell_is_running(ipython), finish, main_thread_schedule(ipython))
+    runner.leftover = leftover
     ipython.events.register("pre_run_cell", runner.cell_starts)
     ipython.events.register("post_run_cell", runner.cell_ends)
 

@@ -102,7 +102,9 @@ class _Work:
         once the magic's cell has ended)."""
         if self.deferred is not None:
             choice, devices = self.deferred, self.devices
-            background.launch(self.ipython, lambda pacer: warm_optimizers(devices, choice, pacer))
+            background.launch(
+                self.ipython, lambda pacer: warm_optimizers(devices, choice, pacer), leftover=True
+            )
 
     def finish(self, report: WarmupReport) -> None:
         warm_this_thread(report, self.devices, self.choice)
@@ -173,6 +175,8 @@ class WarmupMagics(ShellMagics):
                 else f"gpu_warmup: {background.not_started or 'no background warm-up was started'}."
             )
             return
+        if runner is not None and runner.running and not args.wait and (runner.leftover or cell is not None):
+            runner.wait()  # a previous call's leftover, or any before a cell is timed; then this call
         if runner is not None and (args.wait or (runner.running and not args.background)):
             _show(runner.wait(), args.quiet)  # a foreground call during a background one waits for it
             return
@@ -212,6 +216,8 @@ class WarmupMagics(ShellMagics):
             report = work(None)
             work.launch_deferred()
             _show(report, args.quiet)
+            if args.quiet and work.deferred is not None:
+                print(f"gpu_warmup: {DEFERRED}.")
 
     def _time_cell(self, torch: Any, cell: str, devices: list[int], repeat: int) -> Section:
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks
