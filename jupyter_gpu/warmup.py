@@ -135,9 +135,15 @@ def warm_device(
 
 
 def _run_steps(
-    torch: Any, index: int, steps: list[tuple[str, Any]], section: Section, pacer: Pacer | None = None
+    torch: Any,
+    index: int,
+    steps: list[tuple[str, Any]],
+    section: Section,
+    pacer: Pacer | None = None,
+    restore_rng: bool = True,
 ) -> None:
-    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures."""
+    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures.
+    ``restore_rng=False`` for steps that draw nothing from the notebook's generators."""
     with torch.cuda.device(index):
         for name, action in steps:
             if pacer is not None and not pacer.before(name):
@@ -146,7 +152,7 @@ def _run_steps(
             start = time.perf_counter()
             error = None
             try:
-                with torch.random.fork_rng(devices=[index]):
+                with torch.random.fork_rng(devices=[index], enabled=restore_rng):
                     action()  # random numbers restored after each step: the notebook's seeds hold
                 torch.cuda.synchronize(index)
             except Exception as exc:  # one library failing must not hide what the others cost
@@ -182,7 +188,10 @@ def warm_optimizers(devices: list[int], choice: Choice, pacer: Pacer | None = No
     sections = []
     for index in devices:
         section = Section(f"cuda:{index} {torch.cuda.get_device_name(index)}")
-        _run_steps(torch, index, warmup_steps.optimizer_steps(torch, index, choice), section, pacer)
+        steps = warmup_steps.optimizer_steps(torch, index, choice)
+        _run_steps(
+            torch, index, steps, section, pacer, restore_rng=False
+        )  # beside a cell: see optimizer_steps
         sections.append(section)
     return WarmupReport(sections)
 

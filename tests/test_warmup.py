@@ -179,6 +179,24 @@ def test_every_step_runs_and_the_second_call_says_it_was_warm(ip, capsys):
 
 @pytest.mark.gpu
 @needs_gpu
+def test_the_optimizers_left_to_the_background_draw_nothing_from_the_notebooks_generators():
+    """They run beside a cell that did not wait for them, with nothing restored afterwards: a seed
+    the cell sets, and every number it draws after it, must be the same as without them."""
+    from jupyter_gpu.warmup_choice import choose
+
+    choice = choose({"nb": "opt = torch.optim.Adam(p)\nscaler = torch.amp.GradScaler()"})
+    torch.manual_seed(1234)
+    cpu, gpu = torch.get_rng_state(), torch.cuda.get_rng_state(0)
+    report = warmup.warm_optimizers([0], choice)
+    assert [s.name for s in report.sections[0].steps if not s.error] == [
+        "optimizers: Adam (foreach), first and later steps (the first imports torch._dynamo)",
+        "fp16 GradScaler step",
+    ]
+    assert torch.equal(torch.get_rng_state(), cpu) and torch.equal(torch.cuda.get_rng_state(0), gpu)
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_cell_form_reports_cold_and_warm_runs(ip, capsys):
     ip.user_ns["torch"] = torch
     ip.run_cell_magic(
