@@ -95,6 +95,11 @@ _t = time.perf_counter()
 get_ipython().run_line_magic("gpu_warmup", "--quiet {options}")
 print("WARMUP_MS", (time.perf_counter() - _t) * 1e3)
 """ + STEPS_OUT.format(reports="_reports")
+# What a foreground warm-up left to the background (the optimizers' steps), for the step table.
+DEFERRED_CELL = """\
+from jupyter_gpu.kernel import warmup_background as _bg
+_deferred = [_bg.current().wait()] if _bg.current() else []
+""" + STEPS_OUT.format(reports="_deferred")
 BACKGROUND_DONE_CELL = """\
 from jupyter_gpu.kernel import warmup_background as _bg
 _runner = _bg.current()
@@ -180,7 +185,7 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
         run_cell(client, CLOCK_CELL)
         run_cell(client, IMPORT_CELL)
         run_cell(client, CAPTURE_CELL)
-        result: dict = {"warmup_ms": None, "done_before_steps": None, "steps": []}
+        result: dict = {"warmup_ms": None, "deferred_ms": 0.0, "done_before_steps": None, "steps": []}
         options = ARMS[arm]
         if options is not None:
             text = run_cell(client, WARMUP_CELL.format(options=options))
@@ -190,6 +195,11 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
             time.sleep(READING_S)  # the user reads: no cell runs
         text = run_cell(client, step_cell(workload, steps))
         result.update(json.loads(text.split("RESULT", 1)[1]))
+        if arm in ("targeted", "all"):  # what the magic left to the background, once done
+            text = run_cell(client, DEFERRED_CELL)
+            deferred = json.loads(text.split("STEP_TABLE", 1)[1])
+            result["deferred_ms"] = sum(ms for _, ms in deferred)
+            result["steps"] += [[f"{name} (in the background)", ms] for name, ms in deferred]
         if arm == "background":  # the background's own time, not the magic's return
             text = run_cell(client, BACKGROUND_DONE_CELL)
             result["warmup_ms"] = float(text.split("WARMUP_MS")[1].split()[0])
@@ -204,6 +214,7 @@ def trial(workload: str, arm: str, steps: int, notebook: Path) -> dict:
 def summarise(runs: list[dict]) -> dict:
     return {
         "warmup_ms": [r["warmup_ms"] for r in runs],
+        "deferred_ms": [r["deferred_ms"] for r in runs],
         "setup_ms": [r["setup_ms"] for r in runs],
         "first_ms": [r["steps_ms"][0] for r in runs],
         "second_ms": [r["steps_ms"][1] for r in runs],
@@ -261,10 +272,21 @@ def print_table(device: str, results: dict, trials: int) -> None:
         for arm in ("targeted", "all"):
             warm = arms.get(ARM_TITLES[arm])
             if cold and warm:
-                ratio = median(warm, "warmup_ms") / (median(cold, "setup_ms") + median(cold, "first_ms"))
+                own = median(warm, "warmup_ms") + median(
+                    warm, "deferred_ms"
+                )  # its steps left to the background too
+                ratio = own / (median(cold, "setup_ms") + median(cold, "first_ms"))
                 print(
-                    f"{workload}: {ARM_TITLES[arm]}: warm-up / (cold set-up + cold first step) = {ratio:.2f} "
+                    f"{workload}: {ARM_TITLES[arm]}: warm-up (with what it left to the background) / "
+                    f"(cold set-up + cold first step) = {ratio:.2f} "
                     f"(target ≤ 1.2: {'met' if ratio <= 1.2 else 'missed'})"
+                )
+                # a set-up cell run at once waits for what the warm-up left to the background
+                total = sum(median(warm, key) for key in ("warmup_ms", "setup_ms", "first_ms"))
+                cold_total = median(cold, "setup_ms") + median(cold, "first_ms")
+                print(
+                    f"{workload}: {ARM_TITLES[arm]}, set-up cell run at once: warm-up + set-up + first step "
+                    f"= {total / 1e3:,.2f} s against {cold_total / 1e3:,.2f} s cold"
                 )
         bg = arms.get(ARM_TITLES["background"])
         if bg:

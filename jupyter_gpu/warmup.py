@@ -107,15 +107,17 @@ def warm_device(
     nccl: bool = False,
     compile: bool = False,
     pacer: Pacer | None = None,
+    optimizers: bool = True,
 ) -> Section:
-    """Run the chosen steps (all without a choice) on one device, timing each (synchronised) and
-    carrying on past failures; a pacer that says no stops it between steps.
+    """Run the chosen steps (all without a choice; the optimizers' only if ``optimizers``) on one
+    device, timing each (synchronised) and carrying on past failures; a pacer that says no stops
+    it between steps.
 
     Each step leaves the CPU's and the device's random number generators as it found them (its
     models are built on the device, from the device's generator): a warm-up between a notebook's
     ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
     section = Section(f"cuda:{index}")
-    steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile)
+    steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile, optimizers)
     _run_steps(torch, index, steps, section, pacer)
     section.title = f"cuda:{index} {torch.cuda.get_device_name(index)}"
     reserved = torch.cuda.memory_reserved(index)
@@ -133,9 +135,15 @@ def warm_device(
 
 
 def _run_steps(
-    torch: Any, index: int, steps: list[tuple[str, Any]], section: Section, pacer: Pacer | None = None
+    torch: Any,
+    index: int,
+    steps: list[tuple[str, Any]],
+    section: Section,
+    pacer: Pacer | None = None,
+    restore_rng: bool = True,
 ) -> None:
-    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures."""
+    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures.
+    ``restore_rng=False`` for steps that draw nothing from the notebook's generators."""
     with torch.cuda.device(index):
         for name, action in steps:
             if pacer is not None and not pacer.before(name):
@@ -144,7 +152,7 @@ def _run_steps(
             start = time.perf_counter()
             error = None
             try:
-                with torch.random.fork_rng(devices=[index]):
+                with torch.random.fork_rng(devices=[index], enabled=restore_rng):
                     action()  # random numbers restored after each step: the notebook's seeds hold
                 torch.cuda.synchronize(index)
             except Exception as exc:  # one library failing must not hide what the others cost
@@ -171,19 +179,38 @@ def warm_this_thread(report: WarmupReport, devices: list[int], choice: Choice | 
         _run_steps(torch, index, labelled, section)
 
 
+def warm_optimizers(devices: list[int], choice: Choice, pacer: Pacer | None = None) -> WarmupReport:
+    """The optimizers' and GradScaler's steps alone (``warm_up(..., optimizers=False)`` left them
+    out), one device after another: what they warm (foreach kernels, Python imports) is mostly
+    shared by all devices."""
+    import torch
+
+    sections = []
+    for index in devices:
+        section = Section(f"cuda:{index} {torch.cuda.get_device_name(index)}")
+        steps = warmup_steps.optimizer_steps(torch, index, choice)
+        _run_steps(
+            torch, index, steps, section, pacer, restore_rng=False
+        )  # beside a cell: see optimizer_steps
+        sections.append(section)
+    return WarmupReport(sections)
+
+
 def warm_up(
     devices: list[int],
     choice: Choice | None = None,
     nccl: bool = False,
     compile: bool = False,
     pacer: Pacer | None = None,
+    optimizers: bool = True,
 ) -> WarmupReport:
     """Warm every device, in parallel; usable without IPython (scripts, benchmarks). Without a
-    choice, everything (``--all``); with one, its one-line reason leads the report's notes."""
+    choice, everything (``--all``); with one, its one-line reason leads the report's notes.
+    ``optimizers=False`` leaves the optimizers' steps to ``warm_optimizers``."""
     import torch
 
     def warm(index: int) -> Section:
-        return warm_device(torch, index, choice, nccl, compile, pacer)
+        return warm_device(torch, index, choice, nccl, compile, pacer, optimizers)
 
     if len(devices) > 1:  # one thread per device: kernel loading and cuDNN set-up overlap
         with ThreadPoolExecutor(len(devices), thread_name_prefix="gpu-warmup") as pool:

@@ -34,18 +34,26 @@ _TRANSFORMERS = ((256, 8, 1024, 128, 32, "relu", False), (512, 8, 2048, 128, 16,
 
 @dataclass
 class _Kit:
-    """One device's tensors and training loop, in the dtypes chosen."""
+    """One device's tensors and training loop, in the dtypes chosen. Its data comes from a
+    generator of its own: a step draws nothing from the notebook's generators."""
 
     torch: Any
     dev: Any
     halves: list[Any]  # the half dtypes to autocast to, as this GPU has them
     linears: tuple[tuple[int, int], ...] = ()  # the notebook's own linear sizes, if it writes them
 
+    @functools.cached_property
+    def gen(self) -> Any:
+        """The kit's own generator, made by the first step that draws (on the device's thread)."""
+        return self.torch.Generator(device=self.dev)
+
     def randn(self, *shape: int, dtype: Any = None) -> Any:
-        return self.torch.randn(*shape, device=self.dev, dtype=dtype or self.torch.float32)
+        return self.torch.randn(
+            *shape, device=self.dev, dtype=dtype or self.torch.float32, generator=self.gen
+        )
 
     def labels(self, n: int, classes: int = 10) -> Any:
-        return self.torch.randint(0, classes, (n,), device=self.dev)
+        return self.torch.randint(0, classes, (n,), device=self.dev, generator=self.gen)
 
     def train(self, model: Any, x: Any, y: Any) -> None:
         """Forward, cross-entropy and backward in fp32 and under autocast to each half dtype."""
@@ -175,7 +183,7 @@ def _optimizers(kit: _Kit, choice: Choice) -> Action:
                     opt = getattr(torch.optim, name)(params, **options, **_MODE_OPTIONS[mode])
                     for _ in range(2):
                         for p in params:
-                            p.grad = torch.randn_like(p)
+                            p.grad = kit.randn(*p.shape, dtype=p.dtype)
                         if choice.clip:
                             torch.nn.utils.clip_grad_norm_(params, 1.0)
                         opt.step()
@@ -186,7 +194,10 @@ def _optimizers(kit: _Kit, choice: Choice) -> Action:
 
 def _grad_scaler(kit: _Kit) -> None:
     torch = kit.torch
-    model = torch.nn.Linear(64, 10).to(kit.dev)
+    model = torch.nn.utils.skip_init(torch.nn.Linear, 64, 10, device=kit.dev)  # no draw from the device's
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(kit.randn(*p.shape) * 0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda")
     for _ in range(2):
@@ -217,7 +228,8 @@ def _kit(torch: Any, index: int, choice: Choice) -> _Kit:
     has_bf16 = torch.cuda.get_device_capability(index)[0] >= 8
     named = {"bf16": torch.bfloat16 if has_bf16 else torch.float16, "fp16": torch.float16}
     halves = list(dict.fromkeys(named[d] for d in choice.dtypes if d != "fp32"))
-    return _Kit(torch, torch.device("cuda", index), halves, choice.linears)
+    dev = torch.device("cuda", index)
+    return _Kit(torch, dev, halves, choice.linears)
 
 
 def family_steps(
@@ -233,25 +245,13 @@ def family_steps(
     ]
 
 
-def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool) -> list[tuple[str, Action]]:
-    """The warm-up for one device, as (label, action) pairs; each action touches one family."""
+def optimizer_steps(torch: Any, index: int, choice: Choice) -> list[tuple[str, Action]]:
+    """The chosen optimizers' steps and the GradScaler's: their first constructor imports
+    torch._dynamo, seconds of CPU and no CUDA, which ``%gpu_warmup`` leaves to the background.
+    They draw only from the kit's generator, so a cell that runs beside them keeps its seeds
+    without the warm-up restoring (and so overwriting) the notebook's generators."""
     kit = _kit(torch, index, choice)
-    dev, halves = kit.dev, kit.halves
-    matmuls = list(dict.fromkeys([torch.float32, *halves, *([torch.float16] if choice.grad_scaler else [])]))
-
-    def elementwise() -> None:
-        x = kit.randn(1 << 16)
-        (x * 2 + 1).relu_().sum().item()
-        torch.rand(1024, device=dev).max().item()
-
-    def matmul(dtype: Any) -> Action:
-        return lambda: kit.randn(256, 256, dtype=dtype) @ kit.randn(256, 256, dtype=dtype)
-
-    steps: list[tuple[str, Action]] = [
-        ("context", lambda: torch.empty(1, device=dev)),
-        ("elementwise, reduction, RNG", elementwise),
-        *[(f"matmul {_name(d)} (cuBLAS)", matmul(d)) for d in matmuls],
-    ]
+    steps: list[tuple[str, Action]] = []
     if choice.optimizer_import:
         label = ", ".join(choice.optimizers or ("SGD",)) + f" ({', '.join(choice.modes)})"
         steps.append(
@@ -261,7 +261,34 @@ def steps_for(torch: Any, index: int, choice: Choice, nccl: bool, compile: bool)
             )
         )
     if choice.grad_scaler:
-        steps.append(("fp16 GradScaler step", functools.partial(_on_device, _grad_scaler, kit)))
+        steps.append(("fp16 GradScaler step", functools.partial(_grad_scaler, kit)))
+    return steps
+
+
+def steps_for(
+    torch: Any, index: int, choice: Choice, nccl: bool, compile: bool, optimizers: bool = True
+) -> list[tuple[str, Action]]:
+    """The warm-up for one device, as (label, action) pairs; each action touches one family.
+    ``optimizers=False`` leaves out ``optimizer_steps``."""
+    kit = _kit(torch, index, choice)
+    dev, halves = kit.dev, kit.halves
+    matmuls = list(dict.fromkeys([torch.float32, *halves, *([torch.float16] if choice.grad_scaler else [])]))
+
+    def elementwise() -> None:
+        x = kit.randn(1 << 16)
+        (x * 2 + 1).relu_().sum().item()
+        torch.rand(1024, device=dev, generator=kit.gen).max().item()
+
+    def matmul(dtype: Any) -> Action:
+        return lambda: kit.randn(256, 256, dtype=dtype) @ kit.randn(256, 256, dtype=dtype)
+
+    steps: list[tuple[str, Action]] = [
+        ("context", lambda: torch.empty(1, device=dev)),
+        ("elementwise, reduction, RNG", elementwise),
+        *[(f"matmul {_name(d)} (cuBLAS)", matmul(d)) for d in matmuls],
+    ]
+    if optimizers:
+        steps += optimizer_steps(torch, index, choice)
     steps += family_steps(torch, index, choice, frozenset(choice.families))
     if nccl:
         steps.append(

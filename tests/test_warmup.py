@@ -74,7 +74,7 @@ def test_each_step_is_timed_failures_are_shown_and_a_second_run_says_it_is_warm(
     monkeypatch.setattr(
         warmup.warmup_steps,
         "steps_for",
-        lambda torch, index, choice, nccl, compile: [
+        lambda torch, index, choice, nccl, compile, optimizers: [
             ("context", lambda: None),
             ("matmul bf16 (cuBLAS)", boom),
             ("attention", lambda: None),
@@ -175,6 +175,24 @@ def test_every_step_runs_and_the_second_call_says_it_was_warm(ip, capsys):
     # benchmarks/warmup.py, not asserted here.
     assert re.fullmatch(r"already warm: the first warm-up in this process took [\d,]+ ms", note), note
     assert not [step for step in report.sections[0].steps if step.error], report.sections[0].steps
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_the_optimizers_left_to_the_background_draw_nothing_from_the_notebooks_generators():
+    """They run beside a cell that did not wait for them, with nothing restored afterwards: a seed
+    the cell sets, and every number it draws after it, must be the same as without them."""
+    from jupyter_gpu.warmup_choice import choose
+
+    choice = choose({"nb": "opt = torch.optim.Adam(p)\nscaler = torch.amp.GradScaler()"})
+    torch.manual_seed(1234)
+    cpu, gpu = torch.get_rng_state(), torch.cuda.get_rng_state(0)
+    report = warmup.warm_optimizers([0], choice)
+    assert [s.name for s in report.sections[0].steps if not s.error] == [
+        "optimizers: Adam (foreach), first and later steps (the first imports torch._dynamo)",
+        "fp16 GradScaler step",
+    ]
+    assert torch.equal(torch.get_rng_state(), cpu) and torch.equal(torch.cuda.get_rng_state(0), gpu)
 
 
 @pytest.mark.gpu

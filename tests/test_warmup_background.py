@@ -4,6 +4,8 @@ run; failures are kept in its report, never printed by the thread; unloading sto
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterator
 
@@ -203,3 +205,34 @@ def test_a_wait_runs_the_main_threads_part_and_a_stop_skips_it(shell, monkeypatc
     background.end()
     assert len(loop.finished_on) == 1 and not runner.running
     assert "its part on the main thread did not run: stopped first" in runner.report.notes
+
+
+def started_beside_the_step_in_flight(shell, monkeypatch: pytest.MonkeyPatch, interrupt: bool) -> Steps:
+    """A cell starts while ``slow`` runs and does not wait it out: the user interrupts the wait
+    (the kernel's SIGINT, on this, the main thread) or it passes the longest wait."""
+    steps = Steps(monkeypatch, "slow", "after")
+    if not interrupt:
+        monkeypatch.setattr(background, "STEP_WAIT_S", 0.2)
+    background.launch(shell, work)
+    assert steps.started["slow"].wait(10)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel has it in a cell
+    try:
+        if interrupt:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        shell.events.trigger("pre_run_cell", None)  # returns: the cell runs beside the step
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return steps
+
+
+@pytest.mark.parametrize("interrupt", [True, False], ids=["interrupted", "waited-too-long"])
+def test_a_cell_that_does_not_wait_out_the_step_stops_the_warmup_after_it(shell, monkeypatch, interrupt):
+    steps = started_beside_the_step_in_flight(shell, monkeypatch, interrupt)
+    runner = background.current()
+    assert runner.running  # the step in flight goes on beside the cell...
+    steps.release.set()
+    shell.events.trigger("post_run_cell", None)
+    wait_until("the warm-up to end", lambda: not runner.running)
+    assert not steps.started["after"].is_set()  # ...and none follows it, even once the cell has ended
+    assert "stopped early: a cell started without waiting for the step in flight" in runner.report.notes
+    assert "stopped early: a cell started without waiting" in runner.status()

@@ -4,7 +4,10 @@ A cell and a warm-up step never run at once: when a cell starts (IPython's ``pre
 waits for the step in flight, if any, and the warm-up then waits until the cell has ended
 (``post_run_cell``) before its next step. So a cell waits at most for one step, gets the GPU and
 the random number generators to itself, and nothing it does can deadlock with the warm-up, which
-never waits for the kernel. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
+never waits for the kernel. A cell that does not wait the step out (the user interrupts the wait,
+or it passes ``STEP_WAIT_S``) runs beside it, and the warm-up stops after that step: each step
+restores the generators it drew from, which would undo a seed a later cell sets meanwhile (the
+optimizers' steps a plain ``%gpu_warmup`` leaves here draw from their own and restore nothing). A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
 on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
 printed by the thread (it would land in whatever cell runs then).
 
@@ -51,12 +54,14 @@ class BackgroundWarmup:
         self._cell_running = cell_running
         self._waiters = 0
         self._stopping = False
+        self._stop_reason = "stopped early: the extension was unloaded or the kernel shut down"
         self._in_flight: dict[int, str] = {}  # thread -> step (one thread per device)
         self.done: list[Step] = []
         self.paused_s = 0.0
         self.report: WarmupReport | None = None
         self.started = time.monotonic()
         self.ended: float | None = None
+        self.leftover = False
         self._thread = threading.Thread(target=self._run, name="gpu-warmup-background", daemon=True)
 
     def start(self) -> None:
@@ -92,7 +97,12 @@ class BackgroundWarmup:
             try:
                 while self._in_flight and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
-            except KeyboardInterrupt:  # the user interrupted the wait: run the cell now
+            except KeyboardInterrupt:  # the user interrupted the wait: the cell runs now
+                pass
+            if self._in_flight:  # the cell runs beside this step: no step may follow it
+                self._stop_reason = "stopped early: a cell started without waiting for the step in flight"
+                self._stopping = True
+                self._cond.notify_all()
                 return
         self._finish_now()  # the thread is done: its per-thread part, before the cell needs it
 
@@ -139,7 +149,7 @@ class BackgroundWarmup:
         """Under the lock: the report is final."""
         self.ended = time.monotonic()
         if self._stopping:
-            report.notes.append("stopped early: the extension was unloaded or the kernel shut down")
+            report.notes.append(self._stop_reason)
         report.notes.append(
             f"ran in the background: {self.ended - self.started:,.1f} s from start to end, "
             f"{self.paused_s:,.1f} s of it paused while cells ran"
@@ -228,11 +238,16 @@ def main_thread_schedule(ipython: InteractiveShell) -> Schedule | None:
     return getattr(loop, "add_callback", None)
 
 
-def launch(ipython: InteractiveShell, work: Work, finish: Finish | None = None) -> BackgroundWarmup:
-    """Start a background warm-up, replacing a finished one; the caller checks none is running."""
+def launch(
+    ipython: InteractiveShell, work: Work, finish: Finish | None = None, leftover: bool = False
+) -> BackgroundWarmup:
+    """Start a background warm-up, replacing a finished one; the caller checks none is running.
+    ``leftover``: what a foreground ``%gpu_warmup`` left to the background, not one the user
+    started (a later call waits for it and then does what it asks)."""
     global _current, _undo_current
     end()
     runner = BackgroundWarmup(work, cell_is_running(ipython), finish, main_thread_schedule(ipython))
+    runner.leftover = leftover
     ipython.events.register("pre_run_cell", runner.cell_starts)
     ipython.events.register("post_run_cell", runner.cell_ends)
 

@@ -15,7 +15,16 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..doctor import no_gpu_reason
-from ..warmup import Pacer, Section, Step, WarmupReport, parse_devices, warm_this_thread, warm_up
+from ..warmup import (
+    Pacer,
+    Section,
+    Step,
+    WarmupReport,
+    parse_devices,
+    warm_optimizers,
+    warm_this_thread,
+    warm_up,
+)
 from ..warmup_choice import Choice, choose
 from . import warmup_background as background
 from .cellexec import run_source
@@ -39,13 +48,27 @@ def _parse_devices(text: str | None, torch: Any) -> list[int]:
         raise UsageError(f"{error} (this kernel sees {count} GPU{'s' if count != 1 else ''}).") from None
 
 
+DEFERRED = (
+    "the optimizers' first steps (their constructor imports torch._dynamo: seconds of CPU, no CUDA) "
+    "run in the background while you read; a cell that starts meanwhile waits for them. "
+    "%gpu_warmup --status says how far they are"
+)
+
+
 class _Work:
     """The warm-up, now or on the background thread: without a choice, it first reads what the
     notebook uses (in the background, between cells, like its steps). After a background run,
-    ``finish`` runs on the kernel's main thread what cuDNN keeps per thread."""
+    ``finish`` runs on the kernel's main thread what cuDNN keeps per thread. With
+    ``defer_optimizers`` it leaves the optimizers' steps out and keeps them in ``deferred``."""
 
     def __init__(
-        self, ipython: InteractiveShell, devices: list[int], choice: Choice | None, nccl: bool, compile: bool
+        self,
+        ipython: InteractiveShell,
+        devices: list[int],
+        choice: Choice | None,
+        nccl: bool,
+        compile: bool,
+        defer_optimizers: bool = False,
     ) -> None:
         self.ipython, self.devices, self.choice, self.nccl, self.compile = (
             ipython,
@@ -54,6 +77,8 @@ class _Work:
             nccl,
             compile,
         )
+        self.defer_optimizers = defer_optimizers
+        self.deferred: Choice | None = None
 
     def __call__(self, pacer: Pacer | None) -> WarmupReport:
         if self.choice is None:
@@ -63,7 +88,23 @@ class _Work:
             self.choice = choose(sources(self.ipython))
             if pacer is not None:
                 pacer.after(Step(READING, (time.perf_counter() - start) * 1e3))
-        return warm_up(self.devices, self.choice, nccl=self.nccl, compile=self.compile, pacer=pacer)
+        defer = self.defer_optimizers and (self.choice.optimizer_import or self.choice.grad_scaler)
+        self.deferred = self.choice if defer else None
+        report = warm_up(
+            self.devices, self.choice, nccl=self.nccl, compile=self.compile, pacer=pacer, optimizers=not defer
+        )
+        if defer:
+            report.notes.append(DEFERRED)
+        return report
+
+    def launch_deferred(self) -> None:
+        """The optimizers' steps left out of a foreground warm-up, in the background (they start
+        once the magic's cell has ended)."""
+        if self.deferred is not None:
+            choice, devices = self.deferred, self.devices
+            background.launch(
+                self.ipython, lambda pacer: warm_optimizers(devices, choice, pacer), leftover=True
+            )
 
     def finish(self, report: WarmupReport) -> None:
         warm_this_thread(report, self.devices, self.choice)
@@ -101,8 +142,10 @@ class WarmupMagics(ShellMagics):
         attention), half-precision dtypes and optimizers named in its code cells (the notebook
         file), in the cells this kernel ran, or held by it as models and optimizers; nothing
         named: the context, elementwise kernels and an fp32 matmul. ``--all`` warms everything.
-        Each device in parallel; then it shows what each step cost and why it chose them. A
-        second call is near free and says so.
+        Each device in parallel; then it shows what each step cost and why it chose them. The
+        optimizers' first steps (their constructor imports torch._dynamo: seconds of CPU, no
+        CUDA) run in the background once the cell ends, as with ``--background``. A second call
+        is near free and says so.
 
         ``--background`` returns at once and warms on a thread while you read and type: a cell
         that starts meanwhile waits at most for the step in flight, and the warm-up waits until
@@ -132,6 +175,8 @@ class WarmupMagics(ShellMagics):
                 else f"gpu_warmup: {background.not_started or 'no background warm-up was started'}."
             )
             return
+        if runner is not None and runner.running and not args.wait and (runner.leftover or cell is not None):
+            runner.wait()  # a previous call's leftover, or any before a cell is timed; then this call
         if runner is not None and (args.wait or (runner.running and not args.background)):
             _show(runner.wait(), args.quiet)  # a foreground call during a background one waits for it
             return
@@ -153,7 +198,14 @@ class WarmupMagics(ShellMagics):
         if cell is not None:
             _show(WarmupReport([self._time_cell(torch, cell, devices, args.repeat)]), args.quiet)
             return
-        work = _Work(self.ipython, devices, Choice.all() if args.all else None, args.nccl, args.compile)
+        work = _Work(
+            self.ipython,
+            devices,
+            Choice.all() if args.all else None,
+            args.nccl,
+            args.compile,
+            defer_optimizers=not (args.all or args.background),
+        )
         if args.background:
             background.launch(self.ipython, work, work.finish)
             print(
@@ -161,7 +213,11 @@ class WarmupMagics(ShellMagics):
                 "%gpu_warmup --status says how far it is, --wait shows its report."
             )
         else:
-            _show(work(None), args.quiet)
+            report = work(None)
+            work.launch_deferred()
+            _show(report, args.quiet)
+            if args.quiet and work.deferred is not None:
+                print(f"gpu_warmup: {DEFERRED}.")
 
     def _time_cell(self, torch: Any, cell: str, devices: list[int], repeat: int) -> Section:
         __tracebackhide__ = True  # noqa: F841 -- keep this frame out of user tracebacks

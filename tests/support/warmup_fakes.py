@@ -20,5 +20,5 @@ def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
     )
     return types.SimpleNamespace(
         cuda=cuda,
-        random=types.SimpleNamespace(fork_rng=lambda devices: contextlib.nullcontext()),
+        random=types.SimpleNamespace(fork_rng=lambda devices, enabled=True: contextlib.nullcontext()),
     )
