@@ -13,8 +13,10 @@ Plain library code (no IPython): ``%gpu_warmup`` (``kernel/warmup_magic.py``) an
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,6 +42,10 @@ class Pacer(Protocol):
     while a cell runs) and told when it ends."""
 
     def before(self, step: str) -> bool: ...
+
+    def settle(self, restore: Callable[[], None]) -> None:
+        """Put the notebook's random number generators back with ``restore``, unless a cell runs
+        beside the step (its seeds are then its own)."""
 
     def after(self, step: Step) -> None: ...
 
@@ -135,15 +141,10 @@ def warm_device(
 
 
 def _run_steps(
-    torch: Any,
-    index: int,
-    steps: list[tuple[str, Any]],
-    section: Section,
-    pacer: Pacer | None = None,
-    restore_rng: bool = True,
+    torch: Any, index: int, steps: list[tuple[str, Any]], section: Section, pacer: Pacer | None = None
 ) -> None:
-    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures.
-    ``restore_rng=False`` for steps that draw nothing from the notebook's generators."""
+    """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures;
+    the notebook's random numbers are put back after each (its seeds hold)."""
     with torch.cuda.device(index):
         for name, action in steps:
             if pacer is not None and not pacer.before(name):
@@ -152,9 +153,14 @@ def _run_steps(
             start = time.perf_counter()
             error = None
             try:
-                with torch.random.fork_rng(devices=[index], enabled=restore_rng):
-                    action()  # random numbers restored after each step: the notebook's seeds hold
-                torch.cuda.synchronize(index)
+                restore = functools.partial(
+                    _set_rng_state, torch, index, (torch.get_rng_state(), torch.cuda.get_rng_state(index))
+                )
+                try:
+                    action()
+                    torch.cuda.synchronize(index)
+                finally:
+                    restore() if pacer is None else pacer.settle(restore)
             except Exception as exc:  # one library failing must not hide what the others cost
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             section.steps.append(Step(name, (time.perf_counter() - start) * 1e3, error))
@@ -162,6 +168,11 @@ def _run_steps(
                 pacer.after(section.steps[-1])
             if error and name == "context":
                 break
+
+
+def _set_rng_state(torch: Any, index: int, saved: tuple[Any, Any]) -> None:
+    torch.set_rng_state(saved[0])
+    torch.cuda.set_rng_state(saved[1], index)
 
 
 def warm_this_thread(report: WarmupReport, devices: list[int], choice: Choice | None) -> None:
@@ -188,10 +199,7 @@ def warm_optimizers(devices: list[int], choice: Choice, pacer: Pacer | None = No
     sections = []
     for index in devices:
         section = Section(f"cuda:{index} {torch.cuda.get_device_name(index)}")
-        steps = warmup_steps.optimizer_steps(torch, index, choice)
-        _run_steps(
-            torch, index, steps, section, pacer, restore_rng=False
-        )  # beside a cell: see optimizer_steps
+        _run_steps(torch, index, warmup_steps.optimizer_steps(torch, index, choice), section, pacer)
         sections.append(section)
     return WarmupReport(sections)
 

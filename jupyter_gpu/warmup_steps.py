@@ -34,8 +34,9 @@ _TRANSFORMERS = ((256, 8, 1024, 128, 32, "relu", False), (512, 8, 2048, 128, 16,
 
 @dataclass
 class _Kit:
-    """One device's tensors and training loop, in the dtypes chosen. Its data comes from a
-    generator of its own: a step draws nothing from the notebook's generators."""
+    """One device's tensors and training loop, in the dtypes chosen. Inputs and labels come from a
+    generator of its own; models built on the device draw their first weights (and dropout)
+    from the device's default generator, which the warm-up puts back after each step."""
 
     torch: Any
     dev: Any
@@ -128,7 +129,7 @@ def _embeddings(kit: _Kit) -> None:
     nn = kit.torch.nn
     for vocab, d, batch, seq in ((1000, 256, 32, 128), (30522, 512, 8, 128)):
         model = nn.Sequential(nn.Embedding(vocab, d), nn.Linear(d, 1000), nn.Flatten(0, 1)).to(kit.dev)
-        tokens = kit.torch.randint(0, vocab, (batch, seq), device=kit.dev)
+        tokens = kit.torch.randint(0, vocab, (batch, seq), device=kit.dev, generator=kit.gen)
         kit.train(model, tokens, kit.labels(batch * seq, 1000))
 
 
@@ -143,7 +144,7 @@ def _transformers(kit: _Kit) -> None:
             nn.Linear(d, 1000),
             nn.Flatten(0, 1),  # one prediction per token
         ).to(kit.dev)
-        tokens = kit.torch.randint(0, 1000, (batch, seq), device=kit.dev)
+        tokens = kit.torch.randint(0, 1000, (batch, seq), device=kit.dev, generator=kit.gen)
         kit.train(model, tokens, kit.labels(batch * seq, 1000))
     for dtype in kit.halves or [kit.torch.float32]:
         q = kit.randn(2, 4, 128, 64, dtype=dtype)
@@ -248,8 +249,8 @@ def family_steps(
 def optimizer_steps(torch: Any, index: int, choice: Choice) -> list[tuple[str, Action]]:
     """The chosen optimizers' steps and the GradScaler's: their first constructor imports
     torch._dynamo, seconds of CPU and no CUDA, which ``%gpu_warmup`` leaves to the background.
-    They draw only from the kit's generator, so a cell that runs beside them keeps its seeds
-    without the warm-up restoring (and so overwriting) the notebook's generators."""
+    They draw only from the kit's generator: a cell that runs beside them (its wait for the step
+    in flight interrupted) keeps every random number it draws."""
     kit = _kit(torch, index, choice)
     steps: list[tuple[str, Action]] = []
     if choice.optimizer_import:

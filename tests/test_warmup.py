@@ -185,9 +185,20 @@ def test_the_optimizers_left_to_the_background_draw_nothing_from_the_notebooks_g
     from jupyter_gpu.warmup_choice import choose
 
     choice = choose({"nb": "opt = torch.optim.Adam(p)\nscaler = torch.amp.GradScaler()"})
+
+    class CellBeside:  # the pacer of a background warm-up a cell did not wait for: nothing put back
+        def before(self, step: str) -> bool:
+            return True
+
+        def settle(self, restore) -> None:
+            pass
+
+        def after(self, step) -> None:
+            pass
+
     torch.manual_seed(1234)
     cpu, gpu = torch.get_rng_state(), torch.cuda.get_rng_state(0)
-    report = warmup.warm_optimizers([0], choice)
+    report = warmup.warm_optimizers([0], choice, CellBeside())
     assert [s.name for s in report.sections[0].steps if not s.error] == [
         "optimizers: Adam (foreach), first and later steps (the first imports torch._dynamo)",
         "fp16 GradScaler step",

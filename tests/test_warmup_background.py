@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -216,23 +217,80 @@ def started_beside_the_step_in_flight(shell, monkeypatch: pytest.MonkeyPatch, in
     background.launch(shell, work)
     assert steps.started["slow"].wait(10)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel has it in a cell
+    sigint = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
     try:
         if interrupt:
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            sigint.start()
         shell.events.trigger("pre_run_cell", None)  # returns: the cell runs beside the step
+        assert time.monotonic() - started < 10  # the interrupt ended the wait, not STEP_WAIT_S
     finally:
+        sigint.cancel()
+        if interrupt:
+            sigint.join()
         signal.signal(signal.SIGINT, previous)
     return steps
 
 
 @pytest.mark.parametrize("interrupt", [True, False], ids=["interrupted", "waited-too-long"])
-def test_a_cell_that_does_not_wait_out_the_step_stops_the_warmup_after_it(shell, monkeypatch, interrupt):
+def test_a_cell_that_does_not_wait_out_the_step_stops_the_warmup_after_it(
+    shell, monkeypatch, capsys, interrupt
+):
     steps = started_beside_the_step_in_flight(shell, monkeypatch, interrupt)
+    assert capsys.readouterr().out.startswith(
+        "gpu_warmup: this cell runs beside the warm-up's step in flight (slow), and the warm-up stops after it"
+    )
     runner = background.current()
-    assert runner.running  # the step in flight goes on beside the cell...
+    assert runner.running and "now: slow; it stops after this step" in runner.status()
     steps.release.set()
     shell.events.trigger("post_run_cell", None)
     wait_until("the warm-up to end", lambda: not runner.running)
     assert not steps.started["after"].is_set()  # ...and none follows it, even once the cell has ended
     assert "stopped early: a cell started without waiting for the step in flight" in runner.report.notes
     assert "stopped early: a cell started without waiting" in runner.status()
+
+
+class SeededSteps:
+    """One step that draws from torch's CPU generator (standing in for the device's), then runs
+    until released, as a model's set-up draws its weights and then trains."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.torch = pytest.importorskip("torch")
+        self.drew, self.release = threading.Event(), threading.Event()
+        monkeypatch.setattr(warmup.warmup_steps, "steps_for", lambda *args: [("draws", self._draw)])
+
+    def _draw(self) -> None:
+        self.torch.rand(8)
+        self.drew.set()
+        assert self.release.wait(30), "the test never released the step"
+
+    def work(self, pacer: warmup.Pacer | None) -> warmup.WarmupReport:
+        fake = fake_cuda()
+        fake.get_rng_state, fake.set_rng_state = self.torch.get_rng_state, self.torch.set_rng_state
+        return warmup.WarmupReport([warmup.warm_device(fake, 0, Choice(), pacer=pacer)])
+
+
+def test_the_notebooks_random_numbers_are_put_back_after_each_step(shell, monkeypatch):
+    steps = SeededSteps(monkeypatch)
+    before = steps.torch.get_rng_state()
+    runner = background.launch(shell, steps.work)
+    assert steps.drew.wait(10)
+    assert not steps.torch.equal(steps.torch.get_rng_state(), before)  # the step drew
+    steps.release.set()
+    wait_until("the warm-up to end", lambda: not runner.running)
+    assert steps.torch.equal(steps.torch.get_rng_state(), before)
+
+
+def test_a_seed_set_by_a_cell_beside_the_step_holds_when_the_step_ends(shell, monkeypatch, capsys):
+    steps = SeededSteps(monkeypatch)
+    monkeypatch.setattr(background, "STEP_WAIT_S", 0.2)
+    runner = background.launch(shell, steps.work)
+    assert steps.drew.wait(10)
+    shell.events.trigger("pre_run_cell", None)  # the cell waits no longer and runs beside the step
+    steps.torch.manual_seed(0)
+    expected = steps.torch.rand(4)
+    steps.torch.manual_seed(0)
+    steps.release.set()
+    wait_until("the step to end", lambda: not runner.running)
+    assert steps.torch.equal(steps.torch.rand(4), expected)  # the warm-up did not undo the cell's seed
+    shell.events.trigger("post_run_cell", None)

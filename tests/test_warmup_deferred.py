@@ -162,3 +162,32 @@ def test_the_real_steps_leave_the_optimizers_out_when_asked(monkeypatch):
         "fp16 GradScaler step",
     ]
     assert not set(later) & set(now) and set(every) == set(now) | set(later)
+
+
+@pytest.mark.parametrize("first", ["%gpu_warmup --quiet", "%gpu_warmup --background"])
+def test_a_later_call_after_a_cell_cut_the_background_short_warms_again(
+    shell, ran, monkeypatch, capsys, first
+):
+    """A cell that did not wait for the background's step in flight stops it; a plain call then
+    waits for that step and warms, rather than showing the stopped one's report."""
+    release, started = threading.Event(), threading.Event()
+    slow = [(OPTIMIZER_STEP, lambda: (started.set(), release.wait(30)))]
+    monkeypatch.setattr(warmup.warmup_steps, "optimizer_steps", lambda *args: slow)
+    monkeypatch.setattr(
+        warmup.warmup_steps,
+        "steps_for",
+        lambda torch, index, choice, nccl, compile, optimizers=True: (
+            [("context", lambda: None)] + (slow if optimizers else [])
+        ),
+    )
+    monkeypatch.setattr(background, "STEP_WAIT_S", 0.2)
+    shell.run_cell("notebook = 'opt = torch.optim.Adam(params)'", store_history=True)
+    shell.run_cell(first)
+    assert started.wait(10)
+    stopped = background.current()
+    assert shell.run_cell("x = 1").success  # beside the step: the leftover stops after it
+    assert stopped.stopping and "this cell runs beside" in capsys.readouterr().out
+    threading.Timer(1.0, release.set).start()  # after this cell's own wait (STEP_WAIT_S) has given up
+    shell.run_cell("%gpu_warmup --quiet")
+    assert not stopped.running and "stopped early: a cell started" in " ".join(stopped.report.notes)
+    assert background.current() is not stopped  # this call warmed and left its own optimizers

@@ -4,10 +4,12 @@ A cell and a warm-up step never run at once: when a cell starts (IPython's ``pre
 waits for the step in flight, if any, and the warm-up then waits until the cell has ended
 (``post_run_cell``) before its next step. So a cell waits at most for one step, gets the GPU and
 the random number generators to itself, and nothing it does can deadlock with the warm-up, which
-never waits for the kernel. A cell that does not wait the step out (the user interrupts the wait,
-or it passes ``STEP_WAIT_S``) runs beside it, and the warm-up stops after that step: each step
-restores the generators it drew from, which would undo a seed a later cell sets meanwhile (the
-optimizers' steps a plain ``%gpu_warmup`` leaves here draw from their own and restore nothing). A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
+never waits for the kernel. After each step the notebook's random number generators are put back
+as they were. A cell that does not wait the step out (the user interrupts the wait, or it passes
+``STEP_WAIT_S``) runs beside it: that step then leaves the generators alone (putting them back
+would undo a seed the cell sets), no step follows it, and the cell says so. The optimizers' steps
+a plain ``%gpu_warmup`` leaves here draw only from the warm-up's own generator; the layer
+families' models draw their first weights (and dropout) from the device's. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
 on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
 printed by the thread (it would land in whatever cell runs then).
 
@@ -54,6 +56,7 @@ class BackgroundWarmup:
         self._cell_running = cell_running
         self._waiters = 0
         self._stopping = False
+        self._beside = False  # a cell started without waiting for the step in flight
         self._stop_reason = "stopped early: the extension was unloaded or the kernel shut down"
         self._in_flight: dict[int, str] = {}  # thread -> step (one thread per device)
         self.done: list[Step] = []
@@ -81,6 +84,13 @@ class BackgroundWarmup:
             self._in_flight[threading.get_ident()] = step
             return True
 
+    def settle(self, restore: Callable[[], None]) -> None:
+        """After each step: the notebook's generators back as they were, unless a cell started
+        beside the step (putting them back would undo a seed it set)."""
+        with self._cond:
+            if not self._beside:
+                restore()
+
     def after(self, step: Step) -> None:
         with self._cond:
             self._in_flight.pop(threading.get_ident(), None)
@@ -91,19 +101,30 @@ class BackgroundWarmup:
 
     def cell_starts(self, info: Any = None) -> None:
         """Pause the warm-up, after the step in flight (which the cell waits for)."""
-        with self._cond:
-            self._cell_running = True
-            deadline = time.monotonic() + STEP_WAIT_S
-            try:
+        beside = ""
+        try:
+            with self._cond:
+                self._cell_running = True
+                deadline = time.monotonic() + STEP_WAIT_S
                 while self._in_flight and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
-            except KeyboardInterrupt:  # the user interrupted the wait: the cell runs now
-                pass
-            if self._in_flight:  # the cell runs beside this step: no step may follow it
-                self._stop_reason = "stopped early: a cell started without waiting for the step in flight"
-                self._stopping = True
-                self._cond.notify_all()
-                return
+        except KeyboardInterrupt:  # the user interrupted the wait: the cell runs now
+            pass
+        finally:
+            with self._cond:
+                self._cell_running = True
+                if self._in_flight:  # the cell runs beside this step: its seeds are its own, no step follows
+                    beside = ", ".join(self._in_flight.values())
+                    self._beside = self._stopping = True
+                    self._stop_reason = "stopped early: a cell started without waiting for the step in flight"
+                    self._cond.notify_all()
+        if beside:
+            print(
+                f"gpu_warmup: this cell runs beside the warm-up's step in flight ({beside}), and the warm-up "
+                "stops after it; random numbers this cell draws on the GPU before that step ends may differ "
+                "from a run without it."
+            )
+            return
         self._finish_now()  # the thread is done: its per-thread part, before the cell needs it
 
     def cell_ends(self, result: Any = None) -> None:
@@ -163,6 +184,10 @@ class BackgroundWarmup:
     def running(self) -> bool:
         return self.report is None
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
     def wait(self) -> WarmupReport:
         """Its report, once it has finished. Called from a running cell, so the warm-up runs on
         meanwhile (it would otherwise wait for this very cell)."""
@@ -211,6 +236,8 @@ class BackgroundWarmup:
                 )
             now = ", ".join(self._in_flight.values())
             where = f"now: {now}" if now else "paused while a cell runs"
+            if self._stopping:
+                where += "; it stops after this step"
             return (
                 f"gpu_warmup: the background warm-up has run {time.monotonic() - self.started:,.1f} s, "
                 f"{len(self.done)} steps done{failures}; {where}. %gpu_warmup --wait waits for it."

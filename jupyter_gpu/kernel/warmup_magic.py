@@ -50,7 +50,7 @@ def _parse_devices(text: str | None, torch: Any) -> list[int]:
 
 DEFERRED = (
     "the optimizers' first steps (their constructor imports torch._dynamo: seconds of CPU, no CUDA) "
-    "run in the background while you read; a cell that starts meanwhile waits for them. "
+    "run in the background while you read; a cell that starts meanwhile waits for the one in flight. "
     "%gpu_warmup --status says how far they are"
 )
 
@@ -175,8 +175,13 @@ class WarmupMagics(ShellMagics):
                 else f"gpu_warmup: {background.not_started or 'no background warm-up was started'}."
             )
             return
-        if runner is not None and runner.running and not args.wait and (runner.leftover or cell is not None):
-            runner.wait()  # a previous call's leftover, or any before a cell is timed; then this call
+        if (
+            runner is not None
+            and runner.running
+            and not args.wait
+            and (runner.leftover or runner.stopping or cell is not None)
+        ):
+            runner.wait()  # a leftover, one that stops, or any before a cell is timed; then this call
         if runner is not None and (args.wait or (runner.running and not args.background)):
             _show(runner.wait(), args.quiet)  # a foreground call during a background one waits for it
             return

@@ -17,8 +17,7 @@ def fake_cuda(count: int = 2, current: int = 0) -> types.SimpleNamespace:
         get_device_name=lambda index: "Fake GPU",
         memory_reserved=lambda index: 64 << 20,
         get_device_properties=lambda index: types.SimpleNamespace(),  # no uuid: NVML figure left out
+        get_rng_state=lambda index: None,
+        set_rng_state=lambda state, index: None,
     )
-    return types.SimpleNamespace(
-        cuda=cuda,
-        random=types.SimpleNamespace(fork_rng=lambda devices, enabled=True: contextlib.nullcontext()),
-    )
+    return types.SimpleNamespace(cuda=cuda, get_rng_state=lambda: None, set_rng_state=lambda state: None)
