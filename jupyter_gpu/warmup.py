@@ -121,7 +121,8 @@ def warm_device(
 
     Each step leaves the CPU's and the device's random number generators as it found them (its
     models are built on the device, from the device's generator): a warm-up between a notebook's
-    ``torch.manual_seed`` and its training gives the same numbers as no warm-up."""
+    ``torch.manual_seed`` and its training gives the same numbers as no warm-up (in the
+    background, unless a cell ran beside a step: see ``kernel.warmup_background``)."""
     section = Section(f"cuda:{index}")
     steps = warmup_steps.steps_for(torch, index, choice or Choice.all(), nccl, compile, optimizers)
     _run_steps(torch, index, steps, section, pacer)
@@ -144,7 +145,7 @@ def _run_steps(
     torch: Any, index: int, steps: list[tuple[str, Any]], section: Section, pacer: Pacer | None = None
 ) -> None:
     """Run ``steps`` on one device into ``section``, each timed (synchronised), past failures;
-    the notebook's random numbers are put back after each (its seeds hold)."""
+    the notebook's random numbers are put back after each (through ``pacer.settle``, if any)."""
     with torch.cuda.device(index):
         for name, action in steps:
             if pacer is not None and not pacer.before(name):

@@ -208,14 +208,11 @@ def test_a_wait_runs_the_main_threads_part_and_a_stop_skips_it(shell, monkeypatc
     assert "its part on the main thread did not run: stopped first" in runner.report.notes
 
 
-def started_beside_the_step_in_flight(shell, monkeypatch: pytest.MonkeyPatch, interrupt: bool) -> Steps:
-    """A cell starts while ``slow`` runs and does not wait it out: the user interrupts the wait
+def start_a_cell_beside_it(shell, monkeypatch: pytest.MonkeyPatch, interrupt: bool) -> None:
+    """A cell starts while a step runs and does not wait it out: the user interrupts the wait
     (the kernel's SIGINT, on this, the main thread) or it passes the longest wait."""
-    steps = Steps(monkeypatch, "slow", "after")
     if not interrupt:
         monkeypatch.setattr(background, "STEP_WAIT_S", 0.2)
-    background.launch(shell, work)
-    assert steps.started["slow"].wait(10)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as ipykernel has it in a cell
     sigint = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
     started = time.monotonic()
@@ -229,6 +226,13 @@ def started_beside_the_step_in_flight(shell, monkeypatch: pytest.MonkeyPatch, in
         if interrupt:
             sigint.join()
         signal.signal(signal.SIGINT, previous)
+
+
+def started_beside_the_step_in_flight(shell, monkeypatch: pytest.MonkeyPatch, interrupt: bool) -> Steps:
+    steps = Steps(monkeypatch, "slow", "after")
+    background.launch(shell, work)
+    assert steps.started["slow"].wait(10)
+    start_a_cell_beside_it(shell, monkeypatch, interrupt)
     return steps
 
 
@@ -238,7 +242,7 @@ def test_a_cell_that_does_not_wait_out_the_step_stops_the_warmup_after_it(
 ):
     steps = started_beside_the_step_in_flight(shell, monkeypatch, interrupt)
     assert capsys.readouterr().out.startswith(
-        "gpu_warmup: this cell runs beside the warm-up's step in flight (slow), and the warm-up stops after it"
+        "gpu_warmup: this cell runs beside the warm-up's step in flight (slow); the warm-up stops after it"
     )
     runner = background.current()
     assert runner.running and "now: slow; it stops after this step" in runner.status()
@@ -251,46 +255,60 @@ def test_a_cell_that_does_not_wait_out_the_step_stops_the_warmup_after_it(
 
 
 class SeededSteps:
-    """One step that draws from torch's CPU generator (standing in for the device's), then runs
-    until released, as a model's set-up draws its weights and then trains."""
+    """One step that draws from torch's CPU generator and a device's (a generator of its own
+    standing in), then runs until released, as a model's set-up draws its weights and trains."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> None:
         self.torch = pytest.importorskip("torch")
-        self.drew, self.release = threading.Event(), threading.Event()
+        self.device = self.torch.Generator()
+        self.drew, self.release, self.fail = threading.Event(), threading.Event(), fail
         monkeypatch.setattr(warmup.warmup_steps, "steps_for", lambda *args: [("draws", self._draw)])
 
     def _draw(self) -> None:
         self.torch.rand(8)
+        self.torch.rand(8, generator=self.device)
         self.drew.set()
         assert self.release.wait(30), "the test never released the step"
+        if self.fail:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def state(self) -> tuple:
+        return self.torch.get_rng_state(), self.device.get_state()
+
+    def same(self, a: tuple, b: tuple) -> bool:
+        return all(self.torch.equal(x, y) for x, y in zip(a, b))
 
     def work(self, pacer: warmup.Pacer | None) -> warmup.WarmupReport:
         fake = fake_cuda()
         fake.get_rng_state, fake.set_rng_state = self.torch.get_rng_state, self.torch.set_rng_state
+        fake.cuda.get_rng_state = lambda index: self.device.get_state()
+        fake.cuda.set_rng_state = lambda state, index: self.device.set_state(state)
         return warmup.WarmupReport([warmup.warm_device(fake, 0, Choice(), pacer=pacer)])
 
 
-def test_the_notebooks_random_numbers_are_put_back_after_each_step(shell, monkeypatch):
-    steps = SeededSteps(monkeypatch)
-    before = steps.torch.get_rng_state()
+@pytest.mark.parametrize("fail", [False, True], ids=["step-ran", "step-failed"])
+def test_the_notebooks_random_numbers_are_put_back_after_each_step(shell, monkeypatch, fail):
+    steps = SeededSteps(monkeypatch, fail)
+    before = steps.state()
     runner = background.launch(shell, steps.work)
     assert steps.drew.wait(10)
-    assert not steps.torch.equal(steps.torch.get_rng_state(), before)  # the step drew
+    assert not steps.same(steps.state(), before)  # the step drew from both
     steps.release.set()
     wait_until("the warm-up to end", lambda: not runner.running)
-    assert steps.torch.equal(steps.torch.get_rng_state(), before)
+    assert steps.same(steps.state(), before)
+    assert bool(runner.report.sections[0].steps[0].error) == fail
 
 
-def test_a_seed_set_by_a_cell_beside_the_step_holds_when_the_step_ends(shell, monkeypatch, capsys):
+@pytest.mark.parametrize("interrupt", [True, False], ids=["interrupted", "waited-too-long"])
+def test_a_seed_set_by_a_cell_beside_the_step_holds_when_the_step_ends(shell, monkeypatch, interrupt):
     steps = SeededSteps(monkeypatch)
-    monkeypatch.setattr(background, "STEP_WAIT_S", 0.2)
     runner = background.launch(shell, steps.work)
     assert steps.drew.wait(10)
-    shell.events.trigger("pre_run_cell", None)  # the cell waits no longer and runs beside the step
+    start_a_cell_beside_it(shell, monkeypatch, interrupt)
     steps.torch.manual_seed(0)
-    expected = steps.torch.rand(4)
-    steps.torch.manual_seed(0)
+    steps.device.manual_seed(0)
+    expected = steps.state()
     steps.release.set()
     wait_until("the step to end", lambda: not runner.running)
-    assert steps.torch.equal(steps.torch.rand(4), expected)  # the warm-up did not undo the cell's seed
+    assert steps.same(steps.state(), expected)  # the warm-up did not undo the cell's seeds
     shell.events.trigger("post_run_cell", None)

@@ -7,7 +7,8 @@ the random number generators to itself, and nothing it does can deadlock with th
 never waits for the kernel. After each step the notebook's random number generators are put back
 as they were. A cell that does not wait the step out (the user interrupts the wait, or it passes
 ``STEP_WAIT_S``) runs beside it: that step then leaves the generators alone (putting them back
-would undo a seed the cell sets), no step follows it, and the cell says so. The optimizers' steps
+would undo a seed the cell sets, but what it drew stays drawn), no step follows it, and the cell
+says so and to seed again once it has ended. The optimizers' steps
 a plain ``%gpu_warmup`` leaves here draw only from the warm-up's own generator; the layer
 families' models draw their first weights (and dropout) from the device's. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
 on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
@@ -90,6 +91,8 @@ class BackgroundWarmup:
         with self._cond:
             if not self._beside:
                 restore()
+            self._in_flight.pop(threading.get_ident(), None)  # a cell that starts now runs after it
+            self._cond.notify_all()
 
     def after(self, step: Step) -> None:
         with self._cond:
@@ -120,9 +123,9 @@ class BackgroundWarmup:
                     self._cond.notify_all()
         if beside:
             print(
-                f"gpu_warmup: this cell runs beside the warm-up's step in flight ({beside}), and the warm-up "
-                "stops after it; random numbers this cell draws on the GPU before that step ends may differ "
-                "from a run without it."
+                f"gpu_warmup: this cell runs beside the warm-up's step in flight ({beside}); the warm-up "
+                "stops after it and does not put back what it drew from the GPU's random number generator: "
+                "for reproducible numbers, seed again (torch.manual_seed) after %gpu_warmup --wait."
             )
             return
         self._finish_now()  # the thread is done: its per-thread part, before the cell needs it
