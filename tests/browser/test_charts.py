@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from support.browser import REPO, choose_in_palette, open_gpu_panel, open_lab, open_palette, screenshot
+from support.browser import REPO, open_gpu_panel, open_lab, run_from_palette, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -92,8 +92,7 @@ def test_memory_is_stacked_by_the_notebook_that_allocated(page, lab):
 
 def test_dashboard_opens_from_the_palette_with_every_gpu_and_a_window(page, lab):
     open_lab(page, lab)
-    open_palette(page)
-    choose_in_palette(page, "GPU Dashboard")
+    run_from_palette(page, "GPU Dashboard", shows="#jupyter-gpu-dashboard")
     dashboard = page.locator("#jupyter-gpu-dashboard")
     dashboard.wait_for()
     assert page.locator('.lm-TabBar-tab:has-text("GPU Dashboard")').count() == 1  # a main-area tab

@@ -10,7 +10,7 @@ import importlib.util
 import json
 
 import pytest
-from support.browser import choose_in_palette, open_palette, screenshot
+from support.browser import run_from_palette, screenshot
 
 pytestmark = [
     pytest.mark.browser,
@@ -31,11 +31,6 @@ def open_page(page, server, path: str) -> None:
 def wait_started(page) -> None:
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.started !== undefined")
     page.evaluate("() => window.jupyterapp.restored")
-
-
-def run_from_palette(page, label: str) -> None:
-    open_palette(page)
-    choose_in_palette(page, label)
 
 
 def assert_dashboard_charts(page) -> None:
@@ -69,7 +64,7 @@ def test_notebook7_opens_the_panel_from_the_view_menu(page, server):
 
 def test_notebook7_opens_the_dashboard_as_a_tab_of_the_file_browser_page(page, server):
     open_page(page, server, "tree")
-    run_from_palette(page, "GPU Dashboard")
+    run_from_palette(page, "GPU Dashboard", shows="#jupyter-gpu-dashboard")
     assert_dashboard_charts(page)
     tabs = page.locator(".jp-TreePanel > .lm-TabBar .lm-TabBar-tabLabel")
     assert tabs.all_inner_texts()[:2] == ["Files", "Running"]
@@ -79,8 +74,7 @@ def test_notebook7_opens_the_dashboard_as_a_tab_of_the_file_browser_page(page, s
     # back to Files and again from the palette: the same tab comes forward, not a second one
     page.locator('.jp-TreePanel .lm-TabBar-tab:has-text("Files")').click()
     page.locator("#jupyter-gpu-dashboard").wait_for(state="hidden")
-    run_from_palette(page, "GPU Dashboard")
-    page.locator("#jupyter-gpu-dashboard").wait_for(state="visible")
+    run_from_palette(page, "GPU Dashboard", shows="#jupyter-gpu-dashboard")
     assert page.locator("#jupyter-gpu-dashboard").count() == 1
 
 

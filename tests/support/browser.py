@@ -293,22 +293,34 @@ def open_lab_listening(page: Any, server: LabServer) -> None:
     )
 
 
-def open_palette(page: Any) -> None:
-    """Open the command palette from the View menu, as JupyterLab and Notebook 7 both have it (a
-    shortcut pressed while a loaded machine's JupyterLab is still starting can go unheard)."""
-    page.locator('.lm-MenuBar-itemLabel:text-is("View")').click()
-    page.locator('.lm-Menu-itemLabel:text-is("Activate Command Palette")').click()
+def run_from_palette(page: Any, label: str, shows: str | None = None, timeout_s: float = 60) -> None:
+    """Run the command labelled ``label`` as a user does: the command palette from the View menu
+    (JupyterLab and Notebook 7 both have it), type, then Enter on the highlighted match, until
+    the element ``shows`` (a selector) is visible, if given. Again from the menu until it works:
+    on a loaded machine a click can go unheard, the palette can close again (JupyterLab opens
+    its launcher after restoring, which takes the focus and may cover what the command opened),
+    and its items redraw whenever any command changes. Fails after ``timeout_s``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-
-def choose_in_palette(page: Any, label: str) -> None:
-    """In the open command palette, run the command labelled ``label`` as a user does: type, then
-    Enter on the highlighted match. (A click can miss: the palette redraws its items whenever any
-    command changes, which a loaded machine's JupyterLab does for seconds after it starts.)"""
     palette = page.locator("#command-palette input")
-    palette.wait_for()
-    palette.fill(label)
-    page.locator(f'#command-palette .lm-CommandPalette-item.lm-mod-active:has-text("{label}")').wait_for()
-    palette.press("Enter")
+    match = page.locator(f'#command-palette .lm-CommandPalette-item.lm-mod-active:has-text("{label}")')
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if not palette.is_visible():
+                page.locator('.lm-MenuBar-itemLabel:text-is("View")').click(timeout=5_000)
+                page.locator('.lm-Menu-itemLabel:text-is("Activate Command Palette")').click(timeout=5_000)
+                palette.wait_for(timeout=5_000)
+            palette.fill(label, timeout=5_000)
+            match.wait_for(timeout=5_000)
+            palette.press("Enter", timeout=5_000)
+            if shows is not None:
+                page.locator(shows).wait_for(state="visible", timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the command palette did not run {label!r} in {timeout_s:g} s", pytrace=False)
+            page.keyboard.press("Escape")  # a menu left open would take the next click
 
 
 def open_gpu_panel(page: Any) -> None:
