@@ -229,8 +229,7 @@ def _kit(torch: Any, index: int, choice: Choice) -> _Kit:
     has_bf16 = torch.cuda.get_device_capability(index)[0] >= 8
     named = {"bf16": torch.bfloat16 if has_bf16 else torch.float16, "fp16": torch.float16}
     halves = list(dict.fromkeys(named[d] for d in choice.dtypes if d != "fp32"))
-    dev = torch.device("cuda", index)
-    return _Kit(torch, dev, halves, choice.linears)
+    return _Kit(torch, torch.device("cuda", index), halves, choice.linears)
 
 
 def family_steps(

@@ -8,9 +8,10 @@ never waits for the kernel. After each step the notebook's random number generat
 as they were. A cell that does not wait the step out (the user interrupts the wait, or it passes
 ``STEP_WAIT_S``) runs beside it: that step then leaves the generators alone (putting them back
 would undo a seed the cell sets, but what it drew stays drawn), no step follows it, and the cell
-says so and to seed again once it has ended. The optimizers' steps
-a plain ``%gpu_warmup`` leaves here draw only from the warm-up's own generator; the layer
-families' models draw their first weights (and dropout) from the device's. A cell that asks for the warm-up (``%gpu_warmup --wait``) lets it run
+says so and to seed again once it has ended. The optimizers' steps a plain ``%gpu_warmup``
+leaves here draw only from the warm-up's own generator; the layer families' models draw their
+first weights (and dropout) from the device's. A cell that asks for the warm-up
+(``%gpu_warmup --wait``) lets it run
 on while it waits. The report, failures included, is kept for ``--wait`` and ``--status``, never
 printed by the thread (it would land in whatever cell runs then).
 
